@@ -1,0 +1,87 @@
+"""The flat ("TPU") rasterizer: every tile's pixels on one [num_tiles, S*S] axis.
+
+Per chunk, the parameters of the next `chunk` Gaussians of every tile are gathered at once
+([num_tiles, chunk, ...]) and a scan blends the i-th Gaussian of every tile into all pixels.
+Chunks stop as soon as every pixel is saturated or every tile's list is used up: nothing is
+truncated, and the backward walks only up to the deepest last contributor.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .compositing import BackState, BlendState, CompositeConfig, blend_backward, blend_forward, initial_state, tile_pixel_centres
+
+
+def _gather_chunk(k, chunk, geom, feats, ids, start, length):
+    pos = k * chunk + jnp.arange(chunk, dtype=jnp.int32)  # [B]
+    in_range = pos[None, :] < length[:, None]  # [T, B]
+    slot = jnp.clip(start[:, None] + pos[None, :], 0, ids.shape[0] - 1)
+    gid = jnp.where(in_range, ids[slot], geom.shape[0])  # out-of-range ids point past the end
+    g = geom.at[gid].get(mode="fill", fill_value=0.0)  # [T, B, 6]
+    f = feats.at[gid].get(mode="fill", fill_value=0.0)  # [T, B, ch]
+    return pos, in_range, gid, g, f
+
+
+def flat_forward(cfg: CompositeConfig, geom, feats, ids, start, end) -> BlendState:
+    px, py, inside = tile_pixel_centres(cfg)
+    length = end - start
+    B = cfg.chunk
+
+    def cond(carry):
+        k, st = carry
+        busy = (k * B < length) & ~jnp.all(st.done, axis=1)
+        return jnp.any(busy)
+
+    def body(carry):
+        k, st = carry
+        pos, in_range, _, g, f = _gather_chunk(k, B, geom, feats, ids, start, length)
+
+        def step(s, x):
+            gb, fb, p, r = x
+            return blend_forward(s, px, py, gb[:, None, :], fb[:, None, :], p, r[:, None]), None
+
+        xs = (jnp.moveaxis(g, 1, 0), jnp.moveaxis(f, 1, 0), pos, in_range.T)
+        st, _ = jax.lax.scan(step, st, xs)
+        return k + 1, st
+
+    _, state = jax.lax.while_loop(cond, body, (jnp.int32(0), initial_state(inside, feats.shape[-1])))
+    return state
+
+
+def flat_backward(cfg: CompositeConfig, geom, feats, ids, start, end, last, T_final, behind0, dC, dA):
+    px, py, _ = tile_pixel_centres(cfg)
+    length = end - start
+    B = cfg.chunk
+    n, ch = feats.shape
+    num_chunks = (jnp.max(last) + B - 1) // B
+
+    def body(carry):
+        k, st, acc_g, acc_f, acc_a = carry
+        k = k - 1
+        pos, in_range, gid, g, f = _gather_chunk(k, B, geom, feats, ids, start, length)
+
+        def step(s, x):
+            gb, fb, p, r = x
+            s, d_g, d_f, d_a = blend_backward(
+                s, px, py, gb[:, None, :], fb[:, None, :], p, r[:, None], last, T_final, dC, dA
+            )
+            return s, (d_g.sum(1), d_f.sum(1), d_a.sum(1))
+
+        xs = (jnp.moveaxis(g, 1, 0), jnp.moveaxis(f, 1, 0), pos, in_range.T)
+        st, (d_g, d_f, d_a) = jax.lax.scan(step, st, xs, reverse=True)
+        gid_t = gid.T  # [B, T], matching the scan's stacked outputs
+        acc_g = acc_g.at[gid_t].add(d_g, mode="drop")
+        acc_f = acc_f.at[gid_t].add(d_f, mode="drop")
+        acc_a = acc_a.at[gid_t].add(d_a, mode="drop")
+        return k, st, acc_g, acc_f, acc_a
+
+    init = (
+        num_chunks,
+        BackState(T=T_final, behind=behind0),
+        jnp.zeros((n, geom.shape[1]), jnp.float32),
+        jnp.zeros((n, ch), jnp.float32),
+        jnp.zeros((n, 2), jnp.float32),
+    )
+    _, _, d_geom, d_feats, d_abs = jax.lax.while_loop(lambda c: c[0] > 0, body, init)
+    return d_geom, d_feats, d_abs

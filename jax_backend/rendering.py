@@ -1,0 +1,170 @@
+"""`rasterization`: the one public rendering entry point, shaped like gsplat's.
+
+projection -> colours (SH) -> binning -> compositing (custom_vjp), vmapped over cameras.
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .binning import TileGrid, bin_gaussians
+from .compositing import CompositeConfig, composite
+from .projection import project_gaussians
+from .sh import sh_to_color
+
+RENDER_MODES = ("RGB", "D", "ED", "RGB+D", "RGB+ED")
+RASTERIZERS = ("flat", "standard")
+MIN_CAPACITY = 1 << 14
+
+_capacity_hints: dict = {}  # (N, C, W, H, tile) -> last capacity that was large enough
+
+
+def next_capacity(needed: int) -> int:
+    """Power-of-two bucket holding `needed` intersections (few distinct shapes, rare recompiles)."""
+    return max(MIN_CAPACITY, 1 << int(max(needed, 1) - 1).bit_length())
+
+
+def default_capacity(num_gaussians: int, num_cameras: int = 1, width: int = 0, height: int = 0, tile_size: int = 16) -> int:
+    key = (num_gaussians, num_cameras, width, height, tile_size)
+    return _capacity_hints.get(key, next_capacity(4 * num_gaussians))
+
+
+def _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degree, backgrounds, render_mode, rasterizer):
+    n = means.shape[0] if means.ndim == 2 else -1
+    if means.ndim != 2 or means.shape[1] != 3:
+        raise ValueError(f"means must be [N,3], got {means.shape}")
+    for name, x, shape in (("quats", quats, (n, 4)), ("scales", scales, (n, 3)), ("opacities", opacities, (n,))):
+        if tuple(x.shape) != shape:
+            raise ValueError(f"{name} must be {list(shape)} for N={n}, got {list(x.shape)}")
+    if viewmats.ndim != 3 or viewmats.shape[1:] != (4, 4):
+        raise ValueError(f"viewmats must be [C,4,4], got {viewmats.shape}")
+    c = viewmats.shape[0]
+    if Ks.shape != (c, 3, 3):
+        raise ValueError(f"Ks must be [C,3,3] for C={c}, got {Ks.shape}")
+    if sh_degree is None:
+        if colors.ndim not in (2, 3) or colors.shape[-2] != n or (colors.ndim == 3 and colors.shape[0] != c):
+            raise ValueError(f"colors must be [N,D] or [C,N,D] without sh_degree, got {colors.shape}")
+    elif colors.ndim != 3 or colors.shape[0] != n or colors.shape[2] != 3 or colors.shape[1] not in (1, 4, 9, 16):
+        raise ValueError(f"with sh_degree, colors must be SH coefficients [N,K,3], K in 1,4,9,16; got {colors.shape}")
+    if render_mode not in RENDER_MODES:
+        raise ValueError(f"render_mode must be one of {RENDER_MODES}, got {render_mode!r}")
+    if rasterizer not in RASTERIZERS:
+        raise ValueError(f"rasterizer must be one of {RASTERIZERS}, got {rasterizer!r}")
+    if backgrounds is not None and (backgrounds.ndim != 2 or backgrounds.shape[0] != c):
+        raise ValueError(f"backgrounds must be [C,D], got {backgrounds.shape}")
+
+
+def _render_one(cfg: CompositeConfig, capacity: int, render_mode: str, near_plane: float, eps2d: float, use_sh: bool,
+                means, quats, scales, opacities, colors, viewmat, K, background, probe, sh_degree):
+    proj = project_gaussians(means, quats, scales, opacities, viewmat, K, cfg.width, cfg.height, near_plane, eps2d)
+    if use_sh:
+        campos = -viewmat[:3, :3].T @ viewmat[:3, 3]
+        colors = sh_to_color(colors, means - campos, active_degree=sh_degree)
+    depth = proj.depths[:, None]
+    feats = {"RGB": colors, "D": depth, "ED": depth}[render_mode.split("+")[0]]
+    if "+" in render_mode:
+        feats = jnp.concatenate([colors, depth], -1)
+    bg = jnp.zeros((feats.shape[-1],), jnp.float32)
+    if background is not None:
+        bg = bg.at[: background.shape[0]].set(background)
+
+    bins = bin_gaussians(proj, TileGrid(cfg.width, cfg.height, cfg.tile_size), capacity)
+    geom = jnp.concatenate([proj.means2d, proj.conics, opacities[:, None]], -1)
+    image, alpha = composite(cfg, geom, feats, bg, probe, bins.gaussian_ids, bins.tile_start, bins.tile_end)
+    if render_mode.endswith("ED"):
+        image = image.at[..., -1].divide(jnp.maximum(alpha, 1e-10))
+    radii = jnp.where(proj.valid & (bins.tiles_per_gaussian > 0), jnp.ceil(proj.extents.max(-1)), 0).astype(jnp.int32)
+    meta = {
+        "radii": radii,
+        "means2d": proj.means2d + probe,
+        "depths": proj.depths,
+        "conics": proj.conics,
+        "tiles_per_gauss": bins.tiles_per_gaussian,
+        "num_intersections": bins.num_intersections,
+        "overflow": bins.overflow,
+    }
+    return image, alpha[..., None], meta
+
+
+@partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5))
+def _rasterize_jit(cfg, capacity, render_mode, near_plane, eps2d, use_sh,
+                   means, quats, scales, opacities, colors, viewmats, Ks, backgrounds, probe, sh_degree):
+    color_axis = 0 if (not use_sh and colors.ndim == 3) else None
+    bg_axis = None if backgrounds is None else 0
+    fn = partial(_render_one, cfg, capacity, render_mode, near_plane, eps2d, use_sh)
+    return jax.vmap(fn, in_axes=(None, None, None, None, color_axis, 0, 0, bg_axis, 0, None))(
+        means, quats, scales, opacities, colors, viewmats, Ks, backgrounds, probe, sh_degree
+    )
+
+
+def rasterization(
+    means,
+    quats,
+    scales,
+    opacities,
+    colors,
+    viewmats,
+    Ks,
+    width: int,
+    height: int,
+    *,
+    sh_degree=None,
+    backgrounds=None,
+    near_plane: float = 0.01,
+    eps2d: float = 0.3,
+    render_mode: str = "RGB",
+    rasterizer: str = "flat",
+    tile_size: int = 16,
+    capacity: Optional[int] = None,
+    means2d_probe=None,
+    absgrad: bool = False,
+    chunk: int = 32,
+    tile_batch: int = 0,
+):
+    """Render C cameras. Arguments as gsplat's `rasterization` (quats wxyz, scales and opacities
+    activated, viewmats world-to-camera with OpenCV axes, colours [N,D] / [C,N,D] or SH [N,K,3]
+    with `sh_degree`, which may be a traced scalar: higher bands are masked, shapes do not change).
+
+    Returns (render_colors [C,H,W,ch], render_alphas [C,H,W,1], meta). `meta` holds per-camera
+    radii, means2d, depths, conics, tiles_per_gauss, num_intersections and overflow.
+
+    Intersections live in a buffer of `capacity` slots. Called eagerly, a buffer that turns out too
+    small is grown (power-of-two buckets) and the frame rendered again. Under `jit`/`grad` tracing
+    the size cannot be checked: `meta["overflow"]` is returned and must be checked by the caller.
+
+    `means2d_probe` ([C,N,2] zeros): its gradient is dL/dmeans2d in pixels (or, with `absgrad`,
+    the sum over pixels of |dL/dmeans2d|, gsplat's absgrad), the statistic densification uses.
+    """
+    means, quats, scales, opacities, colors, viewmats, Ks = (
+        jnp.asarray(x, jnp.float32) for x in (means, quats, scales, opacities, colors, viewmats, Ks)
+    )
+    if backgrounds is not None:
+        backgrounds = jnp.asarray(backgrounds, jnp.float32)
+    _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degree, backgrounds, render_mode, rasterizer)
+    width, height = int(width), int(height)
+    if width <= 0 or height <= 0:
+        raise ValueError(f"width and height must be positive, got {width}x{height}")
+    n, c = means.shape[0], viewmats.shape[0]
+    if means2d_probe is None:
+        means2d_probe = jnp.zeros((c, n, 2), jnp.float32)
+    use_sh = sh_degree is not None
+    degree = jnp.asarray(sh_degree if use_sh else 0, jnp.int32)
+    cfg = CompositeConfig(width, height, int(tile_size), rasterizer, int(chunk), int(tile_batch), bool(absgrad))
+    arrays = (means, quats, scales, opacities, colors, viewmats, Ks, backgrounds, means2d_probe, degree)
+    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(arrays))
+    key = (n, c, width, height, int(tile_size))
+    cap = int(capacity) if capacity is not None else default_capacity(*key)
+    while True:
+        out = _rasterize_jit(cfg, cap, render_mode, float(near_plane), float(eps2d), use_sh, *arrays)
+        if traced:
+            return out
+        needed = int(np.max(np.asarray(out[2]["num_intersections"])))
+        if needed <= cap:
+            if capacity is None:
+                _capacity_hints[key] = cap
+            return out
+        cap = next_capacity(needed)

@@ -1,0 +1,103 @@
+"""An independent dense float64 numpy renderer: every Gaussian against every pixel, no tiles.
+
+Written from the rule in the 3DGS paper / gsplat, not from jax_backend's code.
+"""
+import numpy as np
+
+SH_C0 = 0.28209479177387814
+SH_C1 = 0.4886025119029199
+SH_C2 = [1.0925484305920792, -1.0925484305920792, 0.31539156525252005, -1.0925484305920792, 0.5462742152960396]
+SH_C3 = [-0.5900435899266435, 2.890611442640554, -0.4570457994644658, 0.3731763325901154,
+         -0.4570457994644658, 1.445305721320277, -0.5900435899266435]
+
+
+def rotmat(q):
+    w, x, y, z = q / np.linalg.norm(q)
+    return np.array([
+        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+    ])
+
+
+def sh_color(coeffs, d, degree):
+    d = d / np.linalg.norm(d)
+    x, y, z = d
+    c = SH_C0 * coeffs[0]
+    if degree > 0:
+        c = c - SH_C1 * y * coeffs[1] + SH_C1 * z * coeffs[2] - SH_C1 * x * coeffs[3]
+    if degree > 1:
+        xx, yy, zz = x * x, y * y, z * z
+        c = c + (SH_C2[0] * x * y * coeffs[4] + SH_C2[1] * y * z * coeffs[5] + SH_C2[2] * (2 * zz - xx - yy) * coeffs[6]
+                 + SH_C2[3] * x * z * coeffs[7] + SH_C2[4] * (xx - yy) * coeffs[8])
+    if degree > 2:
+        xx, yy, zz = x * x, y * y, z * z
+        c = c + (SH_C3[0] * y * (3 * xx - yy) * coeffs[9] + SH_C3[1] * x * y * z * coeffs[10]
+                 + SH_C3[2] * y * (4 * zz - xx - yy) * coeffs[11] + SH_C3[3] * z * (2 * zz - 3 * xx - 3 * yy) * coeffs[12]
+                 + SH_C3[4] * x * (4 * zz - xx - yy) * coeffs[13] + SH_C3[5] * z * (xx - yy) * coeffs[14]
+                 + SH_C3[6] * x * (xx - 3 * yy) * coeffs[15])
+    return np.maximum(c + 0.5, 0.0)
+
+
+def render(means, quats, scales, opacities, colors, viewmat, K, width, height, *, sh_degree=None,
+           background=None, near_plane=0.01, eps2d=0.3, render_mode="RGB", means2d_offset=None):
+    """One camera. Returns image [H,W,ch], alpha [H,W]."""
+    means, quats, scales, opacities, colors = (np.asarray(a, np.float64) for a in (means, quats, scales, opacities, colors))
+    viewmat, K = np.asarray(viewmat, np.float64), np.asarray(K, np.float64)
+    R, t = viewmat[:3, :3], viewmat[:3, 3]
+    fx, fy, cx, cy = K[0, 0], K[1, 1], K[0, 2], K[1, 2]
+    campos = -R.T @ t
+    ys, xs = np.mgrid[0:height, 0:width]
+    px, py = xs + 0.5, ys + 0.5
+    items = []
+    for i in range(len(means)):
+        p = R @ means[i] + t
+        x, y, z = p
+        if z <= near_plane:
+            continue
+        M = rotmat(quats[i]) @ np.diag(scales[i])
+        cov = R @ (M @ M.T) @ R.T
+        limx_p = (width - cx) / fx + 0.3 * 0.5 * width / fx
+        limx_n = cx / fx + 0.3 * 0.5 * width / fx
+        limy_p = (height - cy) / fy + 0.3 * 0.5 * height / fy
+        limy_n = cy / fy + 0.3 * 0.5 * height / fy
+        tx = z * min(limx_p, max(-limx_n, x / z))
+        ty = z * min(limy_p, max(-limy_n, y / z))
+        J = np.array([[fx / z, 0, -fx * tx / z**2], [0, fy / z, -fy * ty / z**2]])
+        c2 = J @ cov @ J.T + eps2d * np.eye(2)
+        conic = np.linalg.inv(c2)
+        mx, my = fx * x / z + cx, fy * y / z + cy
+        if means2d_offset is not None:
+            mx, my = mx + means2d_offset[i][0], my + means2d_offset[i][1]
+        if sh_degree is not None:
+            col = sh_color(colors[i][: (sh_degree + 1) ** 2], means[i] - campos, sh_degree)
+        else:
+            col = colors[i]
+        feat = {"RGB": col, "D": np.array([z]), "ED": np.array([z]),
+                "RGB+D": np.append(col, z), "RGB+ED": np.append(col, z)}[render_mode]
+        items.append((z, i, mx, my, conic, opacities[i], feat))
+    items.sort(key=lambda it: (it[0], it[1]))
+    base = 3 if sh_degree is not None else colors.shape[-1]
+    ch = {"RGB": base, "D": 1, "ED": 1, "RGB+D": base + 1, "RGB+ED": base + 1}[render_mode]
+    img = np.zeros((height, width, ch))
+    T = np.ones((height, width))
+    done = np.zeros((height, width), bool)
+    for z, i, mx, my, conic, o, feat in items:
+        dx, dy = px - mx, py - my
+        q = conic[0, 0] * dx * dx + 2 * conic[0, 1] * dx * dy + conic[1, 1] * dy * dy
+        alpha = np.minimum(0.99, o * np.exp(-0.5 * q))
+        blend = (~done) & (alpha >= 1 / 255)
+        nT = T * (1 - alpha)
+        stop = blend & (nT < 1e-4)
+        blend &= ~stop
+        img += np.where(blend, alpha * T, 0)[..., None] * feat
+        T = np.where(blend, nT, T)
+        done |= stop
+    if background is not None:
+        bg = np.zeros(ch)
+        bg[: len(background)] = background
+        img += T[..., None] * bg
+    alpha_img = 1 - T
+    if render_mode.endswith("ED"):
+        img[..., -1] /= np.maximum(alpha_img, 1e-10)
+    return img, alpha_img
