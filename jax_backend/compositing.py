@@ -37,24 +37,29 @@ class CompositeConfig(NamedTuple):
 
 
 class BlendState(NamedTuple):
-    T: jnp.ndarray  # transmittance
-    color: jnp.ndarray  # accumulated features [..., ch]
-    last: jnp.ndarray  # 1 + position of the last blended Gaussian (0: none)
-    done: jnp.ndarray  # pixel saturated (or outside the image)
+    T: jnp.ndarray  # transmittance [...]
+    color: jnp.ndarray  # accumulated features, channel first [ch, ...]
+    last: jnp.ndarray  # 1 + position of the last blended Gaussian (0: none) [...]
+    done: jnp.ndarray  # pixel saturated (or outside the image) [...]
+
+
+# Layout: per-Gaussian quantities are channel first (geom [6, ...], features [ch, ...]) and
+# broadcast against the pixel arrays [...]. XLA on CPU vectorises these planes far better than
+# a trailing axis of 3 or 6 (measured: the backward step is ~6x faster this way).
 
 
 def gaussian_alpha(px, py, g):
-    """px, py: pixel centres; g: [..., 6] packed parameters broadcast against them."""
-    dx = px - g[..., 0]
-    dy = py - g[..., 1]
-    q = g[..., 2] * dx * dx + 2.0 * g[..., 3] * dx * dy + g[..., 4] * dy * dy
+    """px, py: pixel centres [...]; g: packed parameters [6, ...] broadcast against them."""
+    dx = px - g[0]
+    dy = py - g[1]
+    q = g[2] * dx * dx + 2.0 * g[3] * dx * dy + g[4] * dy * dy
     vis = jnp.exp(-0.5 * q)
-    raw = g[..., 5] * vis
+    raw = g[5] * vis
     return jnp.minimum(ALPHA_MAX, raw), raw, vis, dx, dy
 
 
 def blend_forward(state: BlendState, px, py, g, f, pos, in_range) -> BlendState:
-    """Blend the Gaussian at list position `pos` (params g, features f) into pixels px, py."""
+    """Blend the Gaussian at list position `pos` (params g [6,...], features f [ch,...])."""
     alpha, *_ = gaussian_alpha(px, py, g)
     blend = in_range & ~state.done & (alpha >= ALPHA_MIN)
     next_T = state.T * (1.0 - alpha)
@@ -63,37 +68,55 @@ def blend_forward(state: BlendState, px, py, g, f, pos, in_range) -> BlendState:
     w = jnp.where(blend, alpha * state.T, 0.0)
     return BlendState(
         T=jnp.where(blend, next_T, state.T),
-        color=state.color + w[..., None] * f,
+        color=state.color + w * f,
         last=jnp.where(blend, pos + 1, state.last),
         done=state.done | stop,
     )
 
 
 class BackState(NamedTuple):
-    T: jnp.ndarray  # transmittance after the current position
-    behind: jnp.ndarray  # [..., ch] sum of what lies behind (blended colours and background)
+    T: jnp.ndarray  # transmittance after the current position [...]
+    behind: jnp.ndarray  # [ch, ...] sum of what lies behind (blended colours and background)
+
+
+class PixelGrads(NamedTuple):
+    """Per-pixel gradient contributions of one Gaussian, each [...] (features [ch, ...])."""
+
+    geom: tuple  # d mean x, d mean y, d conic a, b, c, d opacity
+    feats: jnp.ndarray
+    abs_means: tuple  # |d mean x|, |d mean y|
 
 
 def blend_backward(state: BackState, px, py, g, f, pos, in_range, last, T_final, dC, dA):
-    """One step of the back-to-front walk. Returns the new state and per-pixel gradients
-    (d geom [..., 6], d features [..., ch], |d means2d| [..., 2])."""
+    """One step of the back-to-front walk over the Gaussian at list position `pos`."""
     alpha, raw, vis, dx, dy = gaussian_alpha(px, py, g)
     active = in_range & (pos < last) & (alpha >= ALPHA_MIN)
-    one_minus = 1.0 - alpha
-    T_k = jnp.where(active, state.T / one_minus, state.T)
+    inv = 1.0 / (1.0 - alpha)
+    T_k = jnp.where(active, state.T * inv, state.T)
     w = jnp.where(active, alpha * T_k, 0.0)
-    d_f = w[..., None] * dC
-    d_alpha = jnp.sum(dC * (T_k[..., None] * f - state.behind / one_minus[..., None]), -1)
-    d_alpha = d_alpha + dA * T_final / one_minus
+    ch = dC.shape[0]
+    d_alpha = dA * T_final * inv
+    for i in range(ch):  # unrolled over channels: no trailing-axis reductions
+        d_alpha = d_alpha + dC[i] * (T_k * f[i] - state.behind[i] * inv)
     d_alpha = jnp.where(active & (raw <= ALPHA_MAX), d_alpha, 0.0)
     d_q = -0.5 * raw * d_alpha
-    a, b, c = g[..., 2], g[..., 3], g[..., 4]
-    d_mx = -d_q * (2.0 * a * dx + 2.0 * b * dy)
-    d_my = -d_q * (2.0 * b * dx + 2.0 * c * dy)
-    d_geom = jnp.stack([d_mx, d_my, d_q * dx * dx, d_q * 2.0 * dx * dy, d_q * dy * dy, d_alpha * vis], -1)
-    d_abs = jnp.stack([jnp.abs(d_mx), jnp.abs(d_my)], -1)
-    new = BackState(T=T_k, behind=state.behind + w[..., None] * f)
-    return new, d_geom, d_f, d_abs
+    d_mx = -d_q * (2.0 * g[2] * dx + 2.0 * g[3] * dy)
+    d_my = -d_q * (2.0 * g[3] * dx + 2.0 * g[4] * dy)
+    grads = PixelGrads(
+        geom=(d_mx, d_my, d_q * dx * dx, 2.0 * d_q * dx * dy, d_q * dy * dy, d_alpha * vis),
+        feats=w * dC,
+        abs_means=(jnp.abs(d_mx), jnp.abs(d_my)),
+    )
+    return BackState(T=T_k, behind=state.behind + w * f), grads
+
+
+def sum_pixels(grads: PixelGrads):
+    """Reduce per-pixel contributions over the last (pixel) axis, Gaussian-major:
+    ([..., 6], [..., ch], [..., 2]) ready to be added into per-Gaussian rows."""
+    geom = jnp.stack([x.sum(-1) for x in grads.geom], -1)
+    feats = jnp.moveaxis(grads.feats.sum(-1), 0, -1)
+    absm = jnp.stack([x.sum(-1) for x in grads.abs_means], -1)
+    return geom, feats, absm
 
 
 # ----------------------------------------------------------------------------- layout
@@ -137,7 +160,7 @@ def initial_state(inside, ch) -> BlendState:
     shape = inside.shape
     return BlendState(
         T=jnp.ones(shape, jnp.float32),
-        color=jnp.zeros(shape + (ch,), jnp.float32),
+        color=jnp.zeros((ch,) + shape, jnp.float32),
         last=jnp.zeros(shape, jnp.int32),
         done=~inside,
     )
@@ -165,19 +188,22 @@ def _backward_impl(cfg, geom, feats, ids, start, end, last, T_final, behind0, dC
 
 @partial(jax.custom_vjp, nondiff_argnums=(0,))
 def composite(cfg: CompositeConfig, geom, feats, background, probe, ids, start, end):
-    """Render one camera. geom [N,6], feats [N,ch], background [ch], probe [N,2] (added to the
-    means; its cotangent is dL/dmeans2d, or sum |.| when cfg.absgrad), ids/start/end from binning.
+    """Render one camera. geom [N,6] (mean x, y, conic a, b, c, opacity), feats [N,ch],
+    background [ch], probe [N,2] (added to the means; its cotangent is dL/dmeans2d, or the sum
+    over pixels of |dL/dmeans2d| when cfg.absgrad), ids/start/end from binning.
     Returns image [H,W,ch] and alpha [H,W]."""
     out, _ = _composite_fwd(cfg, geom, feats, background, probe, ids, start, end)
     return out
 
 
 def _composite_fwd(cfg, geom, feats, background, probe, ids, start, end):
-    geom = geom.at[:, :2].add(probe)
-    state = _forward_impl(cfg, geom, feats, ids, start, end)
-    color = state.color + state.T[..., None] * background
-    out = (tiles_to_image(color, cfg), tiles_to_image(1.0 - state.T, cfg))
-    res = (geom, feats, background, ids, start, end, state.last, state.T)
+    geom_cf = (geom.at[:, :2].add(probe)).T  # channel first: [6, N]
+    feats_cf = feats.T  # [ch, N]
+    state = _forward_impl(cfg, geom_cf, feats_cf, ids, start, end)
+    color = state.color + state.T * background[:, None, None]  # [ch, T, P]
+    image = tiles_to_image(jnp.moveaxis(color, 0, -1), cfg)
+    out = (image, tiles_to_image(1.0 - state.T, cfg))
+    res = (geom_cf, feats_cf, background, ids, start, end, state.last, state.T)
     return out, res
 
 
@@ -186,12 +212,13 @@ def _float0_like(x):
 
 
 def _composite_bwd(cfg, res, cot):
-    geom, feats, background, ids, start, end, last, T_final = res
-    dC = image_to_tiles(cot[0], cfg)
+    geom_cf, feats_cf, background, ids, start, end, last, T_final = res
+    dC = jnp.moveaxis(image_to_tiles(cot[0], cfg), -1, 0)  # [ch, T, P]
     dA = image_to_tiles(cot[1], cfg)
-    behind0 = T_final[..., None] * background
-    d_geom, d_feats, d_abs = _backward_impl(cfg, geom, feats, ids, start, end, last, T_final, behind0, dC, dA)
-    d_background = jnp.sum(T_final[..., None] * dC, axis=(0, 1))
+    behind0 = T_final * background[:, None, None]
+    d_geom, d_feats, d_abs = _backward_impl(  # [N, 6], [N, ch], [N, 2]
+        cfg, geom_cf, feats_cf, ids, start, end, last, T_final, behind0, dC, dA)
+    d_background = jnp.sum(T_final * dC, axis=(1, 2))
     d_probe = d_abs if cfg.absgrad else d_geom[:, :2]
     return (d_geom, d_feats, d_background, d_probe, _float0_like(ids), _float0_like(start), _float0_like(end))
 

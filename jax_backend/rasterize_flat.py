@@ -1,7 +1,7 @@
 """The flat ("TPU") rasterizer: every tile's pixels on one [num_tiles, S*S] axis.
 
 Per chunk, the parameters of the next `chunk` Gaussians of every tile are gathered at once
-([num_tiles, chunk, ...]) and a scan blends the i-th Gaussian of every tile into all pixels.
+([.., num_tiles, chunk]) and a scan blends the i-th Gaussian of every tile into all pixels.
 Chunks stop as soon as every pixel is saturated or every tile's list is used up: nothing is
 truncated, and the backward walks only up to the deepest last contributor.
 """
@@ -10,17 +10,23 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .compositing import BackState, BlendState, CompositeConfig, blend_backward, blend_forward, initial_state, tile_pixel_centres
+from .compositing import BackState, BlendState, CompositeConfig, blend_backward, blend_forward, initial_state, sum_pixels, tile_pixel_centres
 
 
 def _gather_chunk(k, chunk, geom, feats, ids, start, length):
+    """Gaussians at list positions [k*chunk, (k+1)*chunk) of every tile: g [6,T,B], f [ch,T,B]."""
     pos = k * chunk + jnp.arange(chunk, dtype=jnp.int32)  # [B]
     in_range = pos[None, :] < length[:, None]  # [T, B]
     slot = jnp.clip(start[:, None] + pos[None, :], 0, ids.shape[0] - 1)
-    gid = jnp.where(in_range, ids[slot], geom.shape[0])  # out-of-range ids point past the end
-    g = geom.at[gid].get(mode="fill", fill_value=0.0)  # [T, B, 6]
-    f = feats.at[gid].get(mode="fill", fill_value=0.0)  # [T, B, ch]
+    gid = jnp.where(in_range, ids[slot], geom.shape[1])  # out of range: one past the end
+    g = geom.at[:, gid].get(mode="fill", fill_value=0.0)
+    f = feats.at[:, gid].get(mode="fill", fill_value=0.0)
     return pos, in_range, gid, g, f
+
+
+def _per_step(pos, in_range, g, f):
+    """Scan inputs, one entry per position in the chunk: g [B,6,T,1], f [B,ch,T,1], in_range [B,T,1]."""
+    return jnp.moveaxis(g, -1, 0)[..., None], jnp.moveaxis(f, -1, 0)[..., None], pos, in_range.T[..., None]
 
 
 def flat_forward(cfg: CompositeConfig, geom, feats, ids, start, end) -> BlendState:
@@ -30,22 +36,19 @@ def flat_forward(cfg: CompositeConfig, geom, feats, ids, start, end) -> BlendSta
 
     def cond(carry):
         k, st = carry
-        busy = (k * B < length) & ~jnp.all(st.done, axis=1)
-        return jnp.any(busy)
+        return jnp.any((k * B < length) & ~jnp.all(st.done, axis=1))
 
     def body(carry):
         k, st = carry
         pos, in_range, _, g, f = _gather_chunk(k, B, geom, feats, ids, start, length)
 
         def step(s, x):
-            gb, fb, p, r = x
-            return blend_forward(s, px, py, gb[:, None, :], fb[:, None, :], p, r[:, None]), None
+            return blend_forward(s, px, py, *x), None
 
-        xs = (jnp.moveaxis(g, 1, 0), jnp.moveaxis(f, 1, 0), pos, in_range.T)
-        st, _ = jax.lax.scan(step, st, xs)
+        st, _ = jax.lax.scan(step, st, _per_step(pos, in_range, g, f))
         return k + 1, st
 
-    _, state = jax.lax.while_loop(cond, body, (jnp.int32(0), initial_state(inside, feats.shape[-1])))
+    _, state = jax.lax.while_loop(cond, body, (jnp.int32(0), initial_state(inside, feats.shape[0])))
     return state
 
 
@@ -53,7 +56,7 @@ def flat_backward(cfg: CompositeConfig, geom, feats, ids, start, end, last, T_fi
     px, py, _ = tile_pixel_centres(cfg)
     length = end - start
     B = cfg.chunk
-    n, ch = feats.shape
+    ch, n = feats.shape
     num_chunks = (jnp.max(last) + B - 1) // B
 
     def body(carry):
@@ -63,14 +66,11 @@ def flat_backward(cfg: CompositeConfig, geom, feats, ids, start, end, last, T_fi
 
         def step(s, x):
             gb, fb, p, r = x
-            s, d_g, d_f, d_a = blend_backward(
-                s, px, py, gb[:, None, :], fb[:, None, :], p, r[:, None], last, T_final, dC, dA
-            )
-            return s, (d_g.sum(1), d_f.sum(1), d_a.sum(1))
+            s, grads = blend_backward(s, px, py, gb, fb, p, r, last, T_final, dC, dA)
+            return s, sum_pixels(grads)
 
-        xs = (jnp.moveaxis(g, 1, 0), jnp.moveaxis(f, 1, 0), pos, in_range.T)
-        st, (d_g, d_f, d_a) = jax.lax.scan(step, st, xs, reverse=True)
-        gid_t = gid.T  # [B, T], matching the scan's stacked outputs
+        st, (d_g, d_f, d_a) = jax.lax.scan(step, st, _per_step(pos, in_range, g, f), reverse=True)
+        gid_t = gid.T  # [B, T], matching the scan's stacked outputs [B, T, ...]
         acc_g = acc_g.at[gid_t].add(d_g, mode="drop")
         acc_f = acc_f.at[gid_t].add(d_f, mode="drop")
         acc_a = acc_a.at[gid_t].add(d_a, mode="drop")
@@ -79,7 +79,7 @@ def flat_backward(cfg: CompositeConfig, geom, feats, ids, start, end, last, T_fi
     init = (
         num_chunks,
         BackState(T=T_final, behind=behind0),
-        jnp.zeros((n, geom.shape[1]), jnp.float32),
+        jnp.zeros((n, geom.shape[0]), jnp.float32),
         jnp.zeros((n, ch), jnp.float32),
         jnp.zeros((n, 2), jnp.float32),
     )

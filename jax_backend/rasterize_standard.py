@@ -1,18 +1,24 @@
 """The standard rasterizer: vmap over tiles, vmap over the S*S pixels of a tile, each tile walking
 only its own range of the sorted intersection list, one Gaussian per step.
 
-Tiles are processed in groups of `tile_batch` (`lax.map` with a batch size, i.e. vmap inside a
-group, groups in sequence): with all tiles in one group it is a plain vmap (best on GPUs); with
-small groups each group's loop ends with its own longest tile, so on CPUs the work approaches
-the number of intersections. The backward walks each group back to front from its deepest
-last contributor and adds each step's per-Gaussian gradient into one accumulator.
+Tiles are processed in groups of `tile_batch` (`lax.map` with a batch size: vmap inside a group,
+groups in sequence). With all tiles in one group it is a plain vmap (best on GPUs); with small
+groups each group's loop ends with its own longest tile, so on CPUs the work approaches the
+number of intersections. The backward walks each group back to front from its deepest last
+contributor and adds each step's per-Gaussian gradient into one accumulator.
 """
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 
-from .compositing import BackState, BlendState, CompositeConfig, blend_backward, blend_forward, initial_state, tile_pixel_centres
+from .compositing import BackState, BlendState, CompositeConfig, blend_backward, blend_forward, initial_state, sum_pixels, tile_pixel_centres
+
+# per-pixel state and images carry the pixel axis last (features channel first: [ch, P])
+_pixel_blend = jax.vmap(blend_forward, in_axes=(-1, -1, -1, None, None, None, None), out_axes=-1)
+_pixel_back = jax.vmap(blend_backward, in_axes=(-1, -1, -1, None, None, None, None, -1, -1, -1, -1), out_axes=-1)
+# a group of tiles: tile axis second to last ([G, P], [ch, G, P]); per-tile Gaussian [6, G]
+_tile_back = jax.vmap(_pixel_back, in_axes=(-2, -2, -2, -1, -1, None, 0, -2, -2, -2, -2), out_axes=-2)
 
 
 def _group_size(cfg: CompositeConfig, num_tiles: int) -> int:
@@ -21,8 +27,7 @@ def _group_size(cfg: CompositeConfig, num_tiles: int) -> int:
 
 def standard_forward(cfg: CompositeConfig, geom, feats, ids, start, end) -> BlendState:
     px, py, inside = tile_pixel_centres(cfg)
-    ch = feats.shape[-1]
-    pixel_blend = jax.vmap(blend_forward, in_axes=(0, 0, 0, None, None, None, None))
+    ch = feats.shape[0]
 
     def tile(args):
         tpx, tpy, tin, s, e = args
@@ -34,32 +39,31 @@ def standard_forward(cfg: CompositeConfig, geom, feats, ids, start, end) -> Blen
         def body(carry):
             p, st = carry
             gid = ids[s + p]
-            return p + 1, pixel_blend(st, tpx, tpy, geom[gid], feats[gid], p, True)
+            return p + 1, _pixel_blend(st, tpx, tpy, geom[:, gid], feats[:, gid], p, True)
 
-        _, st = jax.lax.while_loop(cond, body, (jnp.int32(0), initial_state(tin, ch)))
-        return st
+        return jax.lax.while_loop(cond, body, (jnp.int32(0), initial_state(tin, ch)))[1]
 
-    num_tiles = start.shape[0]
-    return jax.lax.map(tile, (px, py, inside, start, end), batch_size=_group_size(cfg, num_tiles))
+    st = jax.lax.map(tile, (px, py, inside, start, end), batch_size=_group_size(cfg, start.shape[0]))
+    return st._replace(color=jnp.moveaxis(st.color, 1, 0))  # [T, ch, P] -> [ch, T, P]
 
 
 def standard_backward(cfg: CompositeConfig, geom, feats, ids, start, end, last, T_final, behind0, dC, dA):
     px, py, _ = tile_pixel_centres(cfg)
-    n, ch = feats.shape
+    ch, n = feats.shape
     num_tiles = start.shape[0]
     G = _group_size(cfg, num_tiles)
     pad = (-num_tiles) % G
 
-    def grouped(x):  # [T, ...] -> [T/G, G, ...], padding tiles with empty ranges
+    def grouped(x, axis=0):  # tile axis -> [num_groups, ..., G, ...], padding with empty tiles
+        x = jnp.moveaxis(x, axis, 0)
         x = jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1))
-        return x.reshape((-1, G) + x.shape[1:])
+        x = x.reshape((-1, G) + x.shape[1:])
+        return jnp.moveaxis(x, 1, axis + 1)
 
-    groups = tuple(map(grouped, (px, py, start, end, last, T_final, behind0, dC, dA)))
-    pixel_step = jax.vmap(blend_backward, in_axes=(0, 0, 0, None, None, None, None, 0, 0, 0, 0))
-    tile_step = jax.vmap(pixel_step, in_axes=(0, 0, 0, 0, 0, None, 0, 0, 0, 0, 0))
+    groups = tuple(grouped(x) for x in (px, py, start, end, last, T_final, dA)) + (grouped(behind0, 1), grouped(dC, 1))
 
     def group(acc, args):
-        tpx, tpy, s, e, lst, Tf, b0, dc, da = args
+        tpx, tpy, s, e, lst, Tf, da, b0, dc = args
         length = e - s
 
         def body(carry):
@@ -67,22 +71,18 @@ def standard_backward(cfg: CompositeConfig, geom, feats, ids, start, end, last, 
             p = p - 1
             in_range = p < length
             gid = jnp.where(in_range, ids[jnp.clip(s + p, 0, ids.shape[0] - 1)], n)
-            g = geom.at[gid].get(mode="fill", fill_value=0.0)
-            f = feats.at[gid].get(mode="fill", fill_value=0.0)
-            st, d_g, d_f, d_a = tile_step(st, tpx, tpy, g, f, p, in_range, lst, Tf, dc, da)
-            acc_g = acc_g.at[gid].add(d_g.sum(1), mode="drop")
-            acc_f = acc_f.at[gid].add(d_f.sum(1), mode="drop")
-            acc_a = acc_a.at[gid].add(d_a.sum(1), mode="drop")
+            g = geom.at[:, gid].get(mode="fill", fill_value=0.0)
+            f = feats.at[:, gid].get(mode="fill", fill_value=0.0)
+            st, grads = _tile_back(st, tpx, tpy, g, f, p, in_range, lst, Tf, dc, da)
+            d_g, d_f, d_a = sum_pixels(grads)
+            acc_g = acc_g.at[gid].add(d_g, mode="drop")
+            acc_f = acc_f.at[gid].add(d_f, mode="drop")
+            acc_a = acc_a.at[gid].add(d_a, mode="drop")
             return p, st, acc_g, acc_f, acc_a
 
         init = (jnp.max(lst), BackState(T=Tf, behind=b0)) + acc
-        out = jax.lax.while_loop(lambda c: c[0] > 0, body, init)
-        return out[2:], None
+        return jax.lax.while_loop(lambda c: c[0] > 0, body, init)[2:], None
 
-    acc0 = (
-        jnp.zeros((n, geom.shape[1]), jnp.float32),
-        jnp.zeros((n, ch), jnp.float32),
-        jnp.zeros((n, 2), jnp.float32),
-    )
+    acc0 = (jnp.zeros((n, geom.shape[0]), jnp.float32), jnp.zeros((n, ch), jnp.float32), jnp.zeros((n, 2), jnp.float32))
     (d_geom, d_feats, d_abs), _ = jax.lax.scan(group, acc0, groups)
     return d_geom, d_feats, d_abs
