@@ -110,6 +110,11 @@ def blend_backward(state: BackState, px, py, g, f, pos, in_range, last, T_final,
     return BackState(T=T_k, behind=state.behind + w * f), grads
 
 
+def split_rows(acc, ch: int):
+    """[N, 6 + ch + 2] accumulated rows -> (d geom [N, 6], d features [N, ch], |d means2d| [N, 2])."""
+    return acc[:, :6], acc[:, 6 : 6 + ch], acc[:, 6 + ch :]
+
+
 def sum_pixels(grads: PixelGrads):
     """Reduce per-pixel contributions over the last (pixel) axis, Gaussian-major:
     ([..., 6], [..., ch], [..., 2]) ready to be added into per-Gaussian rows."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .compositing import BackState, BlendState, CompositeConfig, blend_backward, blend_forward, initial_state, sum_pixels, tile_pixel_centres
+from .compositing import BackState, BlendState, CompositeConfig, blend_backward, blend_forward, initial_state, split_rows, sum_pixels, tile_pixel_centres
 
 
 def _gather_chunk(k, chunk, geom, feats, ids, start, length):
@@ -60,7 +60,7 @@ def flat_backward(cfg: CompositeConfig, geom, feats, ids, start, end, last, T_fi
     num_chunks = (jnp.max(last) + B - 1) // B
 
     def body(carry):
-        k, st, acc_g, acc_f, acc_a = carry
+        k, st, acc = carry
         k = k - 1
         pos, in_range, gid, g, f = _gather_chunk(k, B, geom, feats, ids, start, length)
 
@@ -69,19 +69,11 @@ def flat_backward(cfg: CompositeConfig, geom, feats, ids, start, end, last, T_fi
             s, grads = blend_backward(s, px, py, gb, fb, p, r, last, T_final, dC, dA)
             return s, sum_pixels(grads)
 
-        st, (d_g, d_f, d_a) = jax.lax.scan(step, st, _per_step(pos, in_range, g, f), reverse=True)
-        gid_t = gid.T  # [B, T], matching the scan's stacked outputs [B, T, ...]
-        acc_g = acc_g.at[gid_t].add(d_g, mode="drop")
-        acc_f = acc_f.at[gid_t].add(d_f, mode="drop")
-        acc_a = acc_a.at[gid_t].add(d_a, mode="drop")
-        return k, st, acc_g, acc_f, acc_a
+        st, rows = jax.lax.scan(step, st, _per_step(pos, in_range, g, f), reverse=True)
+        # one scatter of [B, T, 6 + ch + 2] rows (matching gid.T) into the per-Gaussian sums
+        acc = acc.at[gid.T].add(jnp.concatenate(rows, -1), mode="drop")
+        return k, st, acc
 
-    init = (
-        num_chunks,
-        BackState(T=T_final, behind=behind0),
-        jnp.zeros((n, geom.shape[0]), jnp.float32),
-        jnp.zeros((n, ch), jnp.float32),
-        jnp.zeros((n, 2), jnp.float32),
-    )
-    _, _, d_geom, d_feats, d_abs = jax.lax.while_loop(lambda c: c[0] > 0, body, init)
-    return d_geom, d_feats, d_abs
+    init = (num_chunks, BackState(T=T_final, behind=behind0), jnp.zeros((n, geom.shape[0] + ch + 2), jnp.float32))
+    acc = jax.lax.while_loop(lambda c: c[0] > 0, body, init)[2]
+    return split_rows(acc, ch)

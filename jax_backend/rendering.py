@@ -72,7 +72,8 @@ def _render_one(cfg: CompositeConfig, capacity: int, render_mode: str, near_plan
     if background is not None:
         bg = bg.at[: background.shape[0]].set(background)
 
-    bins = bin_gaussians(proj, TileGrid(cfg.width, cfg.height, cfg.tile_size), capacity)
+    # binning is discrete: keep autodiff out of it (no tangents through the sort)
+    bins = bin_gaussians(jax.lax.stop_gradient(proj), TileGrid(cfg.width, cfg.height, cfg.tile_size), capacity)
     geom = jnp.concatenate([proj.means2d, proj.conics, opacities[:, None]], -1)
     image, alpha = composite(cfg, geom, feats, bg, probe, bins.gaussian_ids, bins.tile_start, bins.tile_end)
     if render_mode.endswith("ED"):
@@ -93,12 +94,20 @@ def _render_one(cfg: CompositeConfig, capacity: int, render_mode: str, near_plan
 @partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5))
 def _rasterize_jit(cfg, capacity, render_mode, near_plane, eps2d, use_sh,
                    means, quats, scales, opacities, colors, viewmats, Ks, backgrounds, probe, sh_degree):
-    color_axis = 0 if (not use_sh and colors.ndim == 3) else None
-    bg_axis = None if backgrounds is None else 0
-    fn = partial(_render_one, cfg, capacity, render_mode, near_plane, eps2d, use_sh)
-    return jax.vmap(fn, in_axes=(None, None, None, None, color_axis, 0, 0, bg_axis, 0, None))(
-        means, quats, scales, opacities, colors, viewmats, Ks, backgrounds, probe, sh_degree
-    )
+    """Cameras one after another (`lax.map`), not vmapped: a vmapped while loop would run every
+    camera to the longest one and select over whole carries at each step."""
+    per_camera_colors = not use_sh and colors.ndim == 3
+    fn = partial(_render_one, cfg, capacity, render_mode, near_plane, eps2d, use_sh, means, quats, scales, opacities)
+
+    def one(xs):
+        col, vm, K, bg, pr = xs
+        return fn(col if per_camera_colors else colors, vm, K, bg, pr, sh_degree)
+
+    xs = (colors if per_camera_colors else None, viewmats, Ks, backgrounds, probe)
+    if viewmats.shape[0] == 1:
+        out = one(jax.tree_util.tree_map(lambda x: x[0], xs))
+        return jax.tree_util.tree_map(lambda x: x[None], out)
+    return jax.lax.map(one, xs)
 
 
 def rasterization(
