@@ -32,6 +32,7 @@ class CompositeConfig(NamedTuple):
     tile_size: int
     rasterizer: str  # "flat" | "standard"
     chunk: int  # flat: Gaussians gathered per tile per chunk
+    groups: int  # flat: tiles sorted by workload and cut into this many groups, one loop each
     tile_batch: int  # standard: tiles vmapped together (0: all)
     absgrad: bool  # the means2d probe receives sum |dL/dmeans2d| instead of dL/dmeans2d
 

@@ -4,6 +4,11 @@ Per chunk, the parameters of the next `chunk` Gaussians of every tile are gather
 ([.., num_tiles, chunk]) and a scan blends the i-th Gaussian of every tile into all pixels.
 Chunks stop as soon as every pixel is saturated or every tile's list is used up: nothing is
 truncated, and the backward walks only up to the deepest last contributor.
+
+So that light tiles do not pay for the busiest one, the tiles can be sorted by their workload
+(list length forward, deepest last contributor backward) and cut into `groups` equal groups,
+each with its own loop: the work then follows the workload profile instead of
+num_tiles x the longest list. groups=1 is the plain design (one loop over all tiles).
 """
 from __future__ import annotations
 
@@ -29,11 +34,22 @@ def _per_step(pos, in_range, g, f):
     return jnp.moveaxis(g, -1, 0)[..., None], jnp.moveaxis(f, -1, 0)[..., None], pos, in_range.T[..., None]
 
 
-def flat_forward(cfg: CompositeConfig, geom, feats, ids, start, end) -> BlendState:
-    px, py, inside = tile_pixel_centres(cfg)
-    length = end - start
-    B = cfg.chunk
+def _groups(cfg: CompositeConfig, workload):
+    """Tile order (heaviest first) and the static group boundaries."""
+    t = workload.shape[0]
+    n = max(1, min(cfg.groups, t))
+    if n == 1:
+        return None, [(0, t)]
+    order = jnp.argsort(-workload)
+    size = -(-t // n)
+    return order, [(a, min(a + size, t)) for a in range(0, t, size)]
 
+
+def _take(x, order, axis=0):
+    return x if order is None else jnp.take(x, order, axis=axis)
+
+
+def _forward_tiles(B, geom, feats, ids, start, length, px, py, inside) -> BlendState:
     def cond(carry):
         k, st = carry
         return jnp.any((k * B < length) & ~jnp.all(st.done, axis=1))
@@ -48,16 +64,24 @@ def flat_forward(cfg: CompositeConfig, geom, feats, ids, start, end) -> BlendSta
         st, _ = jax.lax.scan(step, st, _per_step(pos, in_range, g, f))
         return k + 1, st
 
-    _, state = jax.lax.while_loop(cond, body, (jnp.int32(0), initial_state(inside, feats.shape[0])))
-    return state
+    return jax.lax.while_loop(cond, body, (jnp.int32(0), initial_state(inside, feats.shape[0])))[1]
 
 
-def flat_backward(cfg: CompositeConfig, geom, feats, ids, start, end, last, T_final, behind0, dC, dA):
-    px, py, _ = tile_pixel_centres(cfg)
+def flat_forward(cfg: CompositeConfig, geom, feats, ids, start, end) -> BlendState:
+    px, py, inside = tile_pixel_centres(cfg)
     length = end - start
-    B = cfg.chunk
-    ch, n = feats.shape
-    num_chunks = (jnp.max(last) + B - 1) // B
+    order, bounds = _groups(cfg, length)
+    tiles = [_take(x, order) for x in (start, length, px, py, inside)]
+    parts = [_forward_tiles(cfg.chunk, geom, feats, ids, *[x[a:b] for x in tiles]) for a, b in bounds]
+    state = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs, axis=-2), *parts)  # tile axis: -2
+    if order is None:
+        return state
+    inverse = jnp.argsort(order)
+    return jax.tree_util.tree_map(lambda x: jnp.take(x, inverse, axis=x.ndim - 2), state)
+
+
+def _backward_tiles(B, acc, geom, feats, ids, start, length, px, py, last, T_final, behind0, dC, dA):
+    num_chunks = (jnp.max(last, initial=0) + B - 1) // B
 
     def body(carry):
         k, st, acc = carry
@@ -74,6 +98,19 @@ def flat_backward(cfg: CompositeConfig, geom, feats, ids, start, end, last, T_fi
         acc = acc.at[gid.T].add(jnp.concatenate(rows, -1), mode="drop")
         return k, st, acc
 
-    init = (num_chunks, BackState(T=T_final, behind=behind0), jnp.zeros((n, geom.shape[0] + ch + 2), jnp.float32))
-    acc = jax.lax.while_loop(lambda c: c[0] > 0, body, init)[2]
+    init = (num_chunks, BackState(T=T_final, behind=behind0), acc)
+    return jax.lax.while_loop(lambda c: c[0] > 0, body, init)[2]
+
+
+def flat_backward(cfg: CompositeConfig, geom, feats, ids, start, end, last, T_final, behind0, dC, dA):
+    px, py, _ = tile_pixel_centres(cfg)
+    ch, n = feats.shape
+    order, bounds = _groups(cfg, jnp.max(last, axis=1))
+    tiles = [_take(x, order) for x in (start, end - start, px, py, last, T_final, dA)]
+    per_ch = [_take(x, order, axis=1) for x in (behind0, dC)]
+    acc = jnp.zeros((n, geom.shape[0] + ch + 2), jnp.float32)
+    for a, b in bounds:
+        s, length, tpx, tpy, lst, Tf, da = [x[a:b] for x in tiles]
+        b0, dc = [x[:, a:b] for x in per_ch]
+        acc = _backward_tiles(cfg.chunk, acc, geom, feats, ids, s, length, tpx, tpy, lst, Tf, b0, dc, da)
     return split_rows(acc, ch)

@@ -132,6 +132,7 @@ def rasterization(
     means2d_probe=None,
     absgrad: bool = False,
     chunk: int = 32,
+    groups: Optional[int] = None,
     tile_batch: int = 0,
 ):
     """Render C cameras. Arguments as gsplat's `rasterization` (quats wxyz, scales and opacities
@@ -144,6 +145,10 @@ def rasterization(
     Intersections live in a buffer of `capacity` slots. Called eagerly, a buffer that turns out too
     small is grown (power-of-two buckets) and the frame rendered again. Under `jit`/`grad` tracing
     the size cannot be checked: `meta["overflow"]` is returned and must be checked by the caller.
+
+    `chunk` (flat): Gaussians gathered per tile at once; `groups` (flat): tiles sorted by workload
+    and cut into this many groups, each with its own loop (default 8 on CPU, 1 elsewhere);
+    `tile_batch` (standard): tiles vmapped together (0: all).
 
     `means2d_probe` ([C,N,2] zeros): its gradient is dL/dmeans2d in pixels (or, with `absgrad`,
     the sum over pixels of |dL/dmeans2d|, gsplat's absgrad), the statistic densification uses.
@@ -162,7 +167,9 @@ def rasterization(
         means2d_probe = jnp.zeros((c, n, 2), jnp.float32)
     use_sh = sh_degree is not None
     degree = jnp.asarray(sh_degree if use_sh else 0, jnp.int32)
-    cfg = CompositeConfig(width, height, int(tile_size), rasterizer, int(chunk), int(tile_batch), bool(absgrad))
+    if groups is None:  # workload-sorted tile groups pay off on CPUs; accelerators prefer one wide loop
+        groups = 8 if jax.default_backend() == "cpu" else 1
+    cfg = CompositeConfig(width, height, int(tile_size), rasterizer, int(chunk), int(groups), int(tile_batch), bool(absgrad))
     arrays = (means, quats, scales, opacities, colors, viewmats, Ks, backgrounds, means2d_probe, degree)
     traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(arrays))
     key = (n, c, width, height, int(tile_size))

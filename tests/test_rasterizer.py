@@ -83,7 +83,8 @@ def test_rasterizers_agree_and_tiling_changes_nothing():
     args = (scene["means"], scene["quats"], scene["scales"], scene["opacities"], scene["sh"], vms, Ks, w, h)
     base = rasterization(*args, sh_degree=3, rasterizer="flat")[0]
     for kw in (dict(rasterizer="standard"), dict(rasterizer="flat", tile_size=8, chunk=5),
-               dict(rasterizer="standard", tile_size=32, tile_batch=3), dict(rasterizer="flat", chunk=1)):
+               dict(rasterizer="standard", tile_size=32, tile_batch=3), dict(rasterizer="flat", chunk=1),
+               dict(rasterizer="flat", groups=1), dict(rasterizer="flat", groups=7, chunk=3)):
         other = rasterization(*args, sh_degree=3, **kw)[0]
         np.testing.assert_allclose(np.asarray(other), np.asarray(base), atol=2e-5, err_msg=str(kw))
 
