@@ -182,7 +182,7 @@ _RELOC = np.array([[math.comb(r, k + 1) * (-1) ** k / math.sqrt(k + 1) if k < r 
 
 def relocation(opacities, scales, ratios):
     """New opacity and scale of a Gaussian shared by `ratios` copies (gsplat's compute_relocation)."""
-    r = jnp.clip(ratios, 1, _N_MAX)
+    r = jnp.clip(jnp.asarray(ratios).astype(jnp.int32), 1, _N_MAX)
     new_o = 1.0 - (1.0 - opacities) ** (1.0 / r)
     powers = new_o[:, None] ** jnp.arange(1, _N_MAX + 1)[None]
     denom = jnp.sum(jnp.asarray(_RELOC)[r] * powers, axis=-1)

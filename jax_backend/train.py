@@ -273,6 +273,34 @@ class Trainer:
             self.isect_capacity = next_capacity(int(peak * 1.5))
         return metrics, info
 
+    def save(self, path, meta: Optional[dict] = None):
+        from .checkpoint import save_checkpoint
+
+        info = {"capacity": self.state.gaussians.capacity, "isect_capacity": self.isect_capacity, "step": self.step}
+        return save_checkpoint(path, self.state, dict(meta or {}, trainer=info))
+
+    def restore(self, path) -> dict:
+        """Load a checkpoint saved by `save` (same configuration and dataset). Returns its meta."""
+        from .checkpoint import read_checkpoint, restore_into
+
+        arrays, meta = read_checkpoint(path)
+        info = meta.get("trainer", {})
+        self.grow_capacity(int(info.get("capacity", 0)))
+        self.state = restore_into(self.state, arrays, path)
+        self.isect_capacity = int(info.get("isect_capacity", self.isect_capacity))
+        return meta
+
+    def render(self, viewmat, K, width: int, height: int, background=None, render_mode: str = "RGB+ED"):
+        """Render the current Gaussians from one camera (eagerly; the buffer grows as needed)."""
+        g = self.state.gaussians
+        means, quats, scales, opacities, sh = activated(g.params, g.alive)
+        degree = jnp.minimum(self.state.step // self.cfg.sh_degree_interval, self.cfg.sh_degree)
+        bg = None if background is None else jnp.asarray(background, jnp.float32).reshape(1, 3)
+        colors, alpha, _ = rasterization(means, quats, scales, opacities, sh, jnp.asarray(viewmat)[None],
+                                         jnp.asarray(K)[None], width, height, sh_degree=degree, backgrounds=bg,
+                                         render_mode=render_mode, rasterizer=self.cfg.rasterizer)
+        return colors[0], alpha[0]
+
     def train(self, num_steps: Optional[int] = None, callback=None):
         """Run blocks until `num_steps` more steps (default: until max_steps) are done.
         `callback(trainer, metrics, info)` is called after every block."""
