@@ -309,3 +309,40 @@ class Trainer:
             metrics, info = self.run_block(min(self.cfg.steps_per_block, end - self.step))
             if callback is not None:
                 callback(self, metrics, info)
+
+
+class Snapshots:
+    """Every `every` steps: the alive Gaussians as a PLY and a preview PNG of one fixed training
+    view, written by a background thread (atomically) while the next block runs. The loop hands
+    over device arrays; fetching and writing happen on the writer thread."""
+
+    def __init__(self, out_dir, every: int, preview_view: int = 0):
+        from .fileio import AsyncWriter
+
+        self.out_dir, self.every, self.preview_view = out_dir, int(every), int(preview_view)
+        self.writer = AsyncWriter()
+        self._last = 0
+
+    def __call__(self, trainer: "Trainer", metrics=None, info=None):
+        if self.every <= 0 or trainer.step // self.every == self._last // self.every:
+            return
+        self._last = trainer.step
+        d, v = trainer.data, self.preview_view
+        preview, _ = trainer.render(d.viewmats[v], d.Ks[v], d.width, d.height, render_mode="RGB")
+        g = trainer.state.gaussians
+        self.writer.submit(_write_snapshot, self.out_dir, trainer.step, g.params, g.alive, preview)
+
+    def close(self):
+        self.writer.close()
+
+
+def _write_snapshot(out_dir, step, params, alive, preview):
+    from pathlib import Path
+
+    from .fileio import atomic_write, png_bytes
+    from .ply import write_ply
+
+    params, alive, preview = jax.device_get((params, alive, preview))
+    out = Path(out_dir)
+    write_ply(out / f"step_{step:06d}.ply", params, alive)
+    atomic_write(out / f"preview_{step:06d}.png", png_bytes(preview))

@@ -1,0 +1,153 @@
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jax_backend.gaussians import init_random
+from jax_backend.strategy import DefaultStrategy, MCMCStrategy
+from jax_backend.train import Snapshots, TrainConfig, Trainer
+from synthetic import heldout_psnr, known_scene
+
+
+@pytest.fixture(scope="module")
+def scene():
+    return known_scene()
+
+
+def _trainer(train, strategy, capacity, max_steps, log=print, **kw):
+    cfg = TrainConfig(max_steps=max_steps, steps_per_block=50, sh_degree=0, strategy=strategy, **kw)
+    return Trainer(cfg, train, init_random(128, -1, 1, sh_degree=0, capacity=capacity), scene_scale=1.5, log=log)
+
+
+@pytest.mark.parametrize("kind", ["default", "mcmc"])
+def test_training_converges_on_heldout_views(scene, kind):
+    gt, train, test = scene
+    if kind == "default":
+        strategy = DefaultStrategy(refine_start=100, refine_stop=800, refine_every=100, reset_every=10**6)
+        tr = _trainer(train, strategy, 2048, 800)
+    else:
+        strategy = MCMCStrategy(cap_max=512, refine_start=100, refine_stop=1500, refine_every=50)
+        tr = _trainer(train, strategy, 512, 1200)
+    before = heldout_psnr(tr, test)
+    log = []
+    tr.train(callback=lambda t, m, i: log.append((t.step, float(m["psnr"].mean()), m["num_alive"], i)))
+    after = heldout_psnr(tr, test)
+    assert after > before + 5.0, (before, after)
+    assert log[-1][1] > log[0][1] + 4.0  # training PSNR too (the first block already learns)
+    alive = [a for _, _, a, _ in log]
+    assert alive[-1] > 128  # densification grew the model
+    if kind == "default":
+        assert any(i.n_pruned > 0 for *_, i in log) and any(i.n_split > 0 for *_, i in log)
+
+
+def test_capacity_grows_and_keeps_state(scene):
+    _, train, _ = scene
+    msgs = []
+    tr = _trainer(train, DefaultStrategy(refine_start=0, refine_every=50, grow_grad2d=0.0), 128, 100, log=msgs.append)
+    tr.run_block()  # every Gaussian is a candidate: needs 256 slots
+    assert tr.state.gaussians.capacity == 256 and any("capacity grown 128 -> 256" in m for m in msgs)
+    assert int(jnp.sum(tr.state.gaussians.alive)) > 128
+    before = jax.device_get(tr.state)
+    tr.grow_capacity(512)
+    after = jax.device_get(tr.state)
+    for a, b in zip(jax.tree_util.tree_leaves(before), jax.tree_util.tree_leaves(after)):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.ndim and a.shape[0] == 256:
+            np.testing.assert_array_equal(b[:256], a)  # parameters and Adam moments carried over
+            assert b.shape[0] == 512
+        else:
+            np.testing.assert_array_equal(a, b)
+
+
+def test_overflowing_block_is_run_again_with_a_larger_buffer(scene):
+    _, train, _ = scene
+    msgs = []
+    small = _trainer(train, DefaultStrategy(), 256, 100, log=msgs.append)
+    small.isect_capacity = 64
+    big = _trainer(train, DefaultStrategy(), 256, 100)
+    m_small, _ = small.run_block()
+    m_big, _ = big.run_block()
+    assert any("intersection buffer too small" in m for m in msgs) and small.isect_capacity > 64
+    assert not m_small["overflow"].any()
+    np.testing.assert_allclose(m_small["loss"], m_big["loss"], rtol=1e-5)
+
+
+def test_resume_gives_the_same_next_block(scene, tmp_path):
+    _, train, _ = scene
+    strategy = DefaultStrategy(refine_start=40, refine_every=50)
+    a = _trainer(train, strategy, 256, 300)
+    a.run_block()
+    a.save(tmp_path / "ckpt.npz")
+    a.run_block()
+    b = _trainer(train, strategy, 256, 300)
+    b.restore(tmp_path / "ckpt.npz")
+    assert b.step == 50
+    b.run_block()
+    for x, y in zip(jax.tree_util.tree_leaves(a.state), jax.tree_util.tree_leaves(b.state)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_corrupt_checkpoint_gives_a_clear_error(scene, tmp_path):
+    from jax_backend.checkpoint import CheckpointError
+
+    _, train, _ = scene
+    tr = _trainer(train, DefaultStrategy(), 256, 100)
+    path = tr.save(tmp_path / "ckpt.npz")
+    path.write_bytes(path.read_bytes()[:1000])
+    with pytest.raises(CheckpointError, match="ckpt.npz"):
+        tr.restore(path)
+    with pytest.raises(CheckpointError, match="not found"):
+        tr.restore(tmp_path / "missing.npz")
+
+
+def test_snapshots_are_written_in_the_background(scene, tmp_path, monkeypatch):
+    import jax_backend.train as train_mod
+    from jax_backend.ply import read_ply
+
+    _, train, _ = scene
+    original = train_mod._write_snapshot
+
+    def slow(*args):
+        time.sleep(1.5)
+        original(*args)
+
+    monkeypatch.setattr(train_mod, "_write_snapshot", slow)
+    tr = _trainer(train, DefaultStrategy(), 256, 150)
+    tr.run_block()  # compile outside the timing
+    snaps = Snapshots(tmp_path, every=50)
+    t0 = time.perf_counter()
+    tr.train(callback=snaps)
+    loop_time = time.perf_counter() - t0
+    snaps.close()
+    assert loop_time < 2 * 1.5  # two snapshots of 1.5 s each did not hold the loop up
+    plys = sorted(tmp_path.glob("step_*.ply"))
+    assert [p.name for p in plys] == ["step_000100.ply", "step_000150.ply"]
+    assert read_ply(plys[-1])["means"].shape[0] == int(jnp.sum(tr.state.gaussians.alive))
+    assert (tmp_path / "preview_000150.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_kill_during_write_leaves_previous_file_intact(tmp_path):
+    target = tmp_path / "snapshot.bin"
+    code = (
+        "import sys; from jax_backend.fileio import atomic_write\n"
+        "i = 0\n"
+        "while True:\n"
+        "    atomic_write(sys.argv[1], bytes([i % 256]) * (8 << 20)); i += 1\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, str(target)])
+    try:
+        deadline = time.time() + 60
+        while not target.exists() and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    data = target.read_bytes()
+    assert len(data) == 8 << 20 and data.count(data[:1]) == len(data)  # one whole version
