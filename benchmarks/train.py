@@ -1,0 +1,109 @@
+"""Training-speed benchmark: steps/s of the compiled scan block against the same jitted step
+dispatched from a Python loop, and of each rasterizer inside training; peak process memory.
+
+Scene: 504x378, 10k Gaussians of realistic sizes (benchmarks.rasterizer.realistic_scene), 8 views
+rendered from them; training starts from those Gaussians (density control off, so every
+configuration does the same work). Each configuration runs in its own process, one after the
+other in this run; ratios come from figures measured side by side.
+
+    python -m benchmarks.train [--gaussians 10000] [--steps 40]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+CONFIGS = {
+    "scan-flat": ("flat", "scan"),
+    "loop-flat": ("flat", "loop"),
+    "scan-standard": ("standard", "scan"),
+}
+
+
+def build_trainer(n: int, rasterizer: str, steps_per_block: int):
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jax_backend import rasterization
+    from jax_backend.gaussians import Gaussians, rgb_to_sh0
+    from jax_backend.strategy import DefaultStrategy
+    from jax_backend.train import TrainConfig, Trainer, make_dataset
+
+    from .rasterizer import HEIGHT, WIDTH, realistic_scene
+
+    means, quats, scales, opac, colors, _, K = realistic_scene(n)
+    vms = []
+    for a in np.linspace(-0.3, 0.3, 8):
+        c2w = np.eye(4)
+        pos = np.array([3 * np.sin(a), 0.0, -3 * np.cos(a)])
+        z = -pos / np.linalg.norm(pos)
+        x = np.cross([0.0, -1.0, 0.0], z)
+        x /= np.linalg.norm(x)
+        c2w[:3, :3] = np.stack([x, np.cross(z, x), z], 1)
+        c2w[:3, 3] = pos
+        vms.append(np.linalg.inv(c2w))
+    vms, Ks = np.stack(vms), np.repeat(K, 8, 0)
+    imgs = np.asarray(rasterization(means, quats, scales, opac, colors, vms, Ks, WIDTH, HEIGHT)[0])
+    data = make_dataset([(np.clip(i, 0, 1) * 255).astype(np.uint8) for i in imgs], vms, Ks)
+    p = {"means": means, "scales": np.log(scales), "quats": quats, "opacities": np.log(opac / (1 - opac)),
+         "sh0": rgb_to_sh0(colors)[:, None], "shN": np.zeros((n, 15, 3))}
+    g = Gaussians({k: jnp.asarray(v, jnp.float32) for k, v in p.items()}, jnp.ones(n, bool))
+    cfg = TrainConfig(steps_per_block=steps_per_block, rasterizer=rasterizer, strategy=DefaultStrategy(refine_start=10**9))
+    return Trainer(cfg, data, g, scene_scale=2.0)
+
+
+def measure(n: int, name: str, steps: int) -> dict:
+    import jax
+
+    rasterizer, mode = CONFIGS[name]
+    tr = build_trainer(n, rasterizer, steps if mode == "scan" else 1)
+    per_call = steps if mode == "scan" else 1
+    tr.run_block(per_call)  # compile
+    jax.block_until_ready(tr.state)
+    t0 = time.perf_counter()
+    done = 0
+    while done < steps:
+        m, _ = tr.run_block(per_call)
+        done += per_call
+    jax.block_until_ready(tr.state)
+    dt = time.perf_counter() - t0
+    return {"name": name, "steps_per_s": steps / dt, "psnr": float(m["psnr"].mean()),
+            "intersections": float(m["num_intersections"].mean()),
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gaussians", type=int, default=10_000)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--configs", nargs="+", default=list(CONFIGS))
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        print(json.dumps(measure(a.gaussians, a.child, a.steps)))
+        return
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    print(f"# 504x378, {a.gaussians} Gaussians, {a.steps} timed steps after compiling; one process per configuration")
+    rows = {}
+    for name in a.configs:
+        out = subprocess.run([sys.executable, "-m", "benchmarks.train", "--child", name, "--gaussians", str(a.gaussians),
+                              "--steps", str(a.steps)], capture_output=True, text=True, cwd=root)
+        if out.returncode:
+            raise RuntimeError(f"{name} failed:\n{out.stderr[-3000:]}")
+        rows[name] = r = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"{name:>14}: {r['steps_per_s']:.2f} steps/s, peak {r['peak_rss_mib']:.0f} MiB, "
+              f"{r['intersections']:.0f} intersections/step, PSNR {r['psnr']:.1f}", flush=True)
+    print()
+    if "scan-flat" in rows and "loop-flat" in rows:
+        print(f"scan block / Python loop (flat): {rows['scan-flat']['steps_per_s'] / rows['loop-flat']['steps_per_s']:.2f}x")
+    if "scan-flat" in rows and "scan-standard" in rows:
+        print(f"flat / standard inside training: {rows['scan-flat']['steps_per_s'] / rows['scan-standard']['steps_per_s']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
