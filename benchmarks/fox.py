@@ -34,13 +34,19 @@ def main():
     ap.add_argument("--steps", type=int, nargs="+", default=[2000, 7000])
     ap.add_argument("--strategy", choices=["default", "mcmc"], default="default")
     ap.add_argument("--init-points", type=int, default=20000)
+    ap.add_argument("--init-extent", type=float, default=0.5, help="half-size of the initial cube / camera radius")
     ap.add_argument("--rasterizer", default="flat")
+    ap.add_argument("--log-every", type=int, default=500)
+    ap.add_argument("--steps-per-block", type=int, default=100)
     a = ap.parse_args()
     d = load_transforms(a.data)
     data = make_dataset(*d["train"])
-    lo, hi = d["bbox"]
+    # random initial Gaussians in a cube around the scene centre, half the camera radius across
+    # (the capture has no point cloud; Gaussians right in front of the cameras only cost time)
+    r = a.init_extent * d["scene_scale"] / 1.1
+    lo, hi = [-r] * 3, [r] * 3
     strategy = DefaultStrategy() if a.strategy == "default" else MCMCStrategy(cap_max=300_000)
-    cfg = TrainConfig(max_steps=max(a.steps), strategy=strategy, rasterizer=a.rasterizer)
+    cfg = TrainConfig(max_steps=max(a.steps), strategy=strategy, rasterizer=a.rasterizer, steps_per_block=a.steps_per_block)
     g = init_random(a.init_points, lo, hi, sh_degree=cfg.sh_degree)
     tr = Trainer(cfg, data, g, d["scene_scale"])
     print(f"fox: {data.num_views} train / {len(d['test'][0])} held-out views, {data.width}x{data.height}, "
@@ -51,8 +57,9 @@ def main():
         last = [None]
 
         def cb(t, m, info):
-            if t.step % 500 == 0:
+            if t.step % a.log_every == 0:
                 print(f"  step {t.step}: train PSNR {m['psnr'].mean():.2f}, {m['num_alive']} Gaussians, "
+                      f"{int(m['num_intersections'].mean())} isects, {info}, "
                       f"{time.perf_counter() - t0:.0f} s", flush=True)
 
         tr.train(target - tr.step, callback=cb)

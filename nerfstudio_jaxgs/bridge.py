@@ -1,0 +1,44 @@
+"""Zero-copy tensors between JAX and torch through DLPack (CPU, or the same GPU).
+
+Never write in place into a torch tensor that aliases a JAX buffer: JAX assumes its arrays are
+immutable. Use `to_jax` on a fresh tensor instead."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def to_torch(x) -> torch.Tensor:
+    """A torch view of a JAX array (no copy). Booleans and unsigned keys go through numpy."""
+    import jax
+
+    if x.dtype == np.bool_ or x.dtype == np.uint32:
+        return torch.from_numpy(np.asarray(jax.device_get(x)).astype(np.int64 if x.dtype == np.uint32 else bool))
+    return torch.from_dlpack(x)
+
+
+def to_jax(t: torch.Tensor):
+    """A JAX view of a contiguous torch tensor (no copy)."""
+    import jax.dlpack
+
+    return jax.dlpack.from_dlpack(t.detach().contiguous())
+
+
+def cameras_to_opencv(cameras):
+    """nerfstudio Cameras (OpenGL camera-to-world 3x4) -> numpy viewmats [C,4,4] (world-to-camera,
+    OpenCV axes), Ks [C,3,3], widths, heights."""
+    c2w = cameras.camera_to_worlds.detach().cpu().numpy().reshape(-1, 3, 4).astype(np.float64)
+    n = c2w.shape[0]
+    full = np.tile(np.eye(4), (n, 1, 1))
+    full[:, :3, :4] = c2w
+    full[:, :3, 1:3] *= -1  # flip y and z: OpenGL -> OpenCV
+    viewmats = np.linalg.inv(full)
+    Ks = np.zeros((n, 3, 3))
+    Ks[:, 0, 0] = cameras.fx.detach().cpu().numpy().reshape(-1)
+    Ks[:, 1, 1] = cameras.fy.detach().cpu().numpy().reshape(-1)
+    Ks[:, 0, 2] = cameras.cx.detach().cpu().numpy().reshape(-1)
+    Ks[:, 1, 2] = cameras.cy.detach().cpu().numpy().reshape(-1)
+    Ks[:, 2, 2] = 1.0
+    widths = cameras.width.detach().cpu().numpy().reshape(-1).astype(int)
+    heights = cameras.height.detach().cpu().numpy().reshape(-1).astype(int)
+    return viewmats.astype(np.float32), Ks.astype(np.float32), widths, heights

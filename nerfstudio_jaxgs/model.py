@@ -1,0 +1,291 @@
+"""The jax-gs model: a `SplatfactoModel` (so nerfstudio's exporter and viewer treat it as a splat
+model) whose state lives in JAX. Its means/scales/quats/opacities/shs are torch views of the JAX
+arrays through DLPack. No math here: rendering and training are `jax_backend`'s."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Literal, Optional, Type
+
+import numpy as np
+import torch
+
+from nerfstudio.models.splatfacto import SplatfactoModel, SplatfactoModelConfig
+
+from .bridge import cameras_to_opencv, to_torch
+
+PREFIX = "jaxgs"
+
+
+@dataclass
+class JaxGSModelConfig(SplatfactoModelConfig):
+    """jax-gs settings. Of splatfacto's fields, sh_degree, sh_degree_interval, num_random,
+    random_scale, random_init and background_color are used; the rest are splatfacto's own."""
+
+    _target: Type = field(default_factory=lambda: JaxGSModel)
+    steps_per_block: int = 100
+    """Training steps compiled into one XLA program (one trainer iteration advances this many)."""
+    rasterizer: Literal["flat", "standard"] = "flat"
+    """Rasterizer: "flat" (all tiles on one axis, built for TPUs/XLA) or "standard"."""
+    strategy: Literal["default", "mcmc"] = "default"
+    """Density control: 3DGS/gsplat default (clone/split/prune) or 3DGS-MCMC (fixed budget)."""
+    max_gaussians: int = 0
+    """Gaussian budget: caps growth (default strategy; 0 = no cap) or the MCMC budget (0 = 1,000,000)."""
+    background_color: Literal["random", "black", "white"] = "random"
+    """Background behind the Gaussians during training."""
+    refine_every: int = 100
+    refine_start: int = 500
+    refine_stop: int = 15000
+    reset_every: int = 3000
+    grow_grad2d: float = 0.0002
+    absgrad: bool = False
+    """Densify on gsplat's absolute screen gradients (then use grow_grad2d about 0.0008)."""
+    viewer_bucket: int = 64
+    """Viewer renders are padded up to a multiple of this many pixels, so moving the camera or
+    small window changes do not recompile."""
+    seed: int = 0
+
+
+class JaxGSModel(SplatfactoModel):
+    config: JaxGSModelConfig
+
+    # ------------------------------------------------------------------ setup
+    def populate_modules(self):  # no super(): splatfacto's calls .cuda() and gsplat
+        from torchmetrics.image import PeakSignalNoiseRatio, StructuralSimilarityIndexMeasure
+
+        from jax_backend.gaussians import init_from_points, init_random
+
+        seed_points = self.kwargs.get("seed_points")
+        if seed_points is not None and not self.config.random_init and len(seed_points[0]) > 0:
+            pts, rgb = (np.asarray(x.cpu() if hasattr(x, "cpu") else x) for x in seed_points)
+            self.gaussians = init_from_points(pts, rgb, sh_degree=self.config.sh_degree, seed=self.config.seed)
+        else:
+            s = self.config.random_scale / 2
+            self.gaussians = init_random(self.config.num_random, [-s] * 3, [s] * 3, sh_degree=self.config.sh_degree,
+                                         seed=self.config.seed)
+        self.engine = None  # jax_backend.train.Trainer, attached by the pipeline for training
+        self._pending_state = None  # checkpoint arrays waiting for the engine
+        self._trained_steps = 0
+        self._view_cache = None
+        self.psnr = PeakSignalNoiseRatio(data_range=1.0)
+        self.ssim = StructuralSimilarityIndexMeasure(data_range=1.0)
+        self.lpips = self._try_lpips()
+        self.crop_box = None
+        self.background_color = torch.tensor([0.0, 0.0, 0.0])
+        self.step = 0
+
+    @staticmethod
+    def _try_lpips():
+        """LPIPS needs pretrained weights from the internet; without them it is left out."""
+        try:
+            from torchmetrics.image.lpip import LearnedPerceptualImagePatchSimilarity
+
+            return LearnedPerceptualImagePatchSimilarity(normalize=True)
+        except Exception as e:  # offline: no weights
+            print(f"[jax-gs] LPIPS skipped: its pretrained weights are not available ({type(e).__name__})")
+            return None
+
+    def attach_engine(self, dataset, scene_scale: float, max_steps: int):
+        from jax_backend.strategy import DefaultStrategy, MCMCStrategy
+        from jax_backend.train import TrainConfig, Trainer
+
+        c = self.config
+        if c.strategy == "default":
+            strategy = DefaultStrategy(grow_grad2d=c.grow_grad2d, refine_start=c.refine_start, refine_stop=c.refine_stop,
+                                       refine_every=c.refine_every, reset_every=c.reset_every, absgrad=c.absgrad,
+                                       budget=c.max_gaussians)
+        else:
+            strategy = MCMCStrategy(cap_max=c.max_gaussians or 1_000_000, refine_start=c.refine_start,
+                                    refine_every=c.refine_every)
+        cfg = TrainConfig(max_steps=max_steps, steps_per_block=c.steps_per_block, rasterizer=c.rasterizer,
+                          sh_degree=c.sh_degree, sh_degree_interval=c.sh_degree_interval,
+                          background=c.background_color, strategy=strategy, seed=c.seed)
+        gaussians = self.gaussians
+        if strategy.__class__ is MCMCStrategy:  # fixed budget: all the slots up front
+            from jax_backend.gaussians import next_pow2, pad_leading
+
+            cap = next_pow2(min(strategy.cap_max, max(4 * gaussians.capacity, gaussians.capacity)))
+            gaussians = pad_leading(gaussians, gaussians.capacity, cap)
+        self.engine = Trainer(cfg, dataset, gaussians, scene_scale, log=print)
+        if self._pending_state is not None:
+            self._restore_engine(self._pending_state)
+            self._pending_state = None
+        self._sync_from_engine()
+
+    def _sync_from_engine(self):
+        if self.engine is not None:
+            self.gaussians = self.engine.state.gaussians
+            self._trained_steps = self.engine.step
+            self._view_cache = None
+
+    # ------------------------------------------------------------------ torch views (DLPack)
+    def _views(self):
+        if self._view_cache is None:
+            import jax.numpy as jnp
+
+            g = self.gaussians
+            order = jnp.argsort(~g.alive, stable=True)  # alive slots first
+            n = int(jnp.sum(g.alive))
+            compact = {k: v[order] for k, v in g.params.items()}
+            self._view_cache = {k: to_torch(v)[:n] for k, v in compact.items()}
+            self._view_cache["_jax"] = compact  # keeps the buffers the views alias alive
+        return self._view_cache
+
+    @property
+    def num_points(self):
+        return self._views()["means"].shape[0]
+
+    @property
+    def means(self):
+        return self._views()["means"]
+
+    @property
+    def scales(self):
+        return self._views()["scales"]
+
+    @property
+    def quats(self):
+        return self._views()["quats"]
+
+    @property
+    def opacities(self):
+        return self._views()["opacities"][:, None]
+
+    @property
+    def features_dc(self):
+        return self._views()["sh0"][:, 0, :]
+
+    @property
+    def features_rest(self):
+        return self._views()["shN"]
+
+    # ------------------------------------------------------------------ nerfstudio hooks
+    def get_param_groups(self) -> Dict[str, List[torch.nn.Parameter]]:
+        return {}
+
+    def get_training_callbacks(self, training_callback_attributes):
+        return []
+
+    def step_post_backward(self, step):
+        pass
+
+    def update_to_step(self, step: int) -> None:
+        self.step = step
+
+    def _sh_degree_now(self) -> int:
+        return int(min(self._trained_steps // self.config.sh_degree_interval, self.config.sh_degree))
+
+    def render(self, camera, background=None) -> Dict[str, torch.Tensor]:
+        """Render one nerfstudio camera: rgb [H,W,3], depth [H,W,1] (expected depth), accumulation [H,W,1]."""
+        import jax.numpy as jnp
+
+        from jax_backend import rasterization
+        from jax_backend.gaussians import activated
+
+        vm, K, w, h = cameras_to_opencv(camera)
+        w, h = int(w[0]), int(h[0])
+        b = max(self.config.viewer_bucket, 1)
+        W, H = -(-w // b) * b, -(-h // b) * b  # bucketed: extra pixels right and bottom, cropped below
+        bg = jnp.zeros((1, 3)) if background is None else jnp.asarray(np.asarray(background, np.float32).reshape(1, 3))
+        g = self.gaussians
+        means, quats, scales, opac, sh = activated(g.params, g.alive)
+        if self.crop_box is not None:
+            inside = self.crop_box.within(torch.from_numpy(np.asarray(means))).numpy()
+            opac = opac * jnp.asarray(inside)
+        colors, alpha, _ = rasterization(means, quats, scales, opac, sh, vm[:1], K[:1], W, H,
+                                         sh_degree=self._sh_degree_now(), backgrounds=bg, render_mode="RGB+ED",
+                                         rasterizer=self.config.rasterizer)
+        colors, alpha = np.asarray(colors[0, :h, :w]), np.asarray(alpha[0, :h, :w])
+        return {
+            "rgb": torch.from_numpy(np.clip(colors[..., :3], 0.0, 1.0).copy()),
+            "depth": torch.from_numpy(colors[..., 3:4].copy()),
+            "accumulation": torch.from_numpy(alpha.copy()),
+            "background": torch.from_numpy(np.asarray(bg[0])),
+        }
+
+    def get_outputs(self, camera) -> Dict[str, torch.Tensor]:
+        return self.render(camera)
+
+    @torch.no_grad()
+    def get_outputs_for_camera(self, camera, obb_box=None) -> Dict[str, torch.Tensor]:
+        self.crop_box = obb_box
+        try:
+            return self.render(camera.reshape((1,)) if camera.shape == () else camera[:1])
+        finally:
+            self.crop_box = None
+
+    def get_gt_img(self, image: torch.Tensor):
+        if image.dtype == torch.uint8:
+            image = image.float() / 255.0
+        return image
+
+    def get_metrics_dict(self, outputs, batch) -> Dict[str, torch.Tensor]:
+        gt = self.composite_with_background(self.get_gt_img(batch["image"]), outputs["background"])
+        return {"psnr": self.psnr(outputs["rgb"], gt), "gaussian_count": self.num_points}
+
+    def get_loss_dict(self, outputs, batch, metrics_dict=None) -> Dict[str, torch.Tensor]:
+        gt = self.composite_with_background(self.get_gt_img(batch["image"]), outputs["background"])
+        pred = outputs["rgb"]
+        l1 = torch.abs(gt - pred).mean()
+        ssim = self.ssim(gt.permute(2, 0, 1)[None], pred.permute(2, 0, 1)[None])
+        return {"main_loss": 0.8 * l1 + 0.2 * (1 - ssim)}
+
+    @torch.no_grad()
+    def get_image_metrics_and_images(self, outputs, batch):
+        gt = self.composite_with_background(self.get_gt_img(batch["image"]), outputs["background"])
+        pred = outputs["rgb"]
+        g, p = gt.permute(2, 0, 1)[None], pred.permute(2, 0, 1)[None]
+        metrics = {"psnr": float(self.psnr(g, p).item()), "ssim": float(self.ssim(g, p))}
+        if self.lpips is not None:
+            metrics["lpips"] = float(self.lpips(g.clamp(0, 1), p.clamp(0, 1)))
+        return metrics, {"img": torch.cat([gt, pred], dim=1)}
+
+    # ------------------------------------------------------------------ checkpoints (torch tensors only)
+    def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False):
+        import jax
+
+        out = {} if destination is None else destination
+        tree = self.engine.state if self.engine is not None else {"gaussians": self.gaussians}
+        kind = "train" if self.engine is not None else "gaussians"
+        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+            out[f"{prefix}{PREFIX}.{kind}{jax.tree_util.keystr(path)}"] = to_torch(leaf).clone()
+        out[f"{prefix}{PREFIX}.trained_steps"] = torch.tensor(self._trained_steps if self.engine is None else self.engine.step)
+        return out
+
+    def load_state_dict(self, state_dict, strict: bool = True, **kwargs):  # type: ignore[override]
+        arrays = {k[len(PREFIX) + 1:]: v.detach().cpu().numpy() for k, v in state_dict.items() if k.startswith(PREFIX + ".")}
+        if not arrays:
+            raise RuntimeError("checkpoint has no jax-gs state (was it written by another method?)")
+        self._trained_steps = int(arrays.pop("trained_steps", 0))
+        if "train.step" in arrays or any(k.startswith("train.") for k in arrays):
+            train = {k[len("train"):]: v for k, v in arrays.items() if k.startswith("train.")}
+            if self.engine is not None:
+                self._restore_engine(train)
+            else:
+                self._pending_state = train
+            self.gaussians = _gaussians_from(train, ".gaussians")
+        else:
+            self.gaussians = _gaussians_from({k[len("gaussians"):]: v for k, v in arrays.items()}, "['gaussians']")
+        self._view_cache = None
+
+    def _restore_engine(self, train_arrays: dict):
+        from jax_backend.checkpoint import restore_into
+
+        capacity = train_arrays[".gaussians.alive"].shape[0]
+        self.engine.grow_capacity(capacity)
+        fixed = {k: (v.astype(np.uint32) if k == ".key" else v) for k, v in train_arrays.items()}
+        self.engine.state = restore_into(self.engine.state, fixed, "checkpoint")
+        self._sync_from_engine()
+
+
+def _gaussians_from(arrays: dict, root: str):
+    import jax.numpy as jnp
+
+    from jax_backend.gaussians import PARAM_NAMES, Gaussians
+
+    params = {}
+    for name in PARAM_NAMES:
+        key = f"{root}.params['{name}']"
+        if key not in arrays:
+            raise RuntimeError(f"checkpoint is missing {key}")
+        params[name] = jnp.asarray(arrays[key])
+    return Gaussians(params, jnp.asarray(arrays[f"{root}.alive"]).astype(bool))

@@ -1,0 +1,56 @@
+"""Pipeline: hands nerfstudio's cached training images and cameras to the JAX engine once, then
+trains in blocks. nerfstudio's datamanager, eval and viewer code paths stay as they are."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, Type
+
+import numpy as np
+
+from nerfstudio.pipelines.base_pipeline import VanillaPipeline, VanillaPipelineConfig
+
+from .bridge import cameras_to_opencv
+
+
+@dataclass
+class JaxGSPipelineConfig(VanillaPipelineConfig):
+    _target: Type = field(default_factory=lambda: JaxGSPipeline)
+
+
+class JaxGSPipeline(VanillaPipeline):
+    def ensure_engine(self, max_steps: int):
+        """Build the on-device dataset and the engine on first use (not for viewing or export)."""
+        model = self.model
+        if model.engine is not None:
+            return model.engine
+        from jax_backend.train import make_dataset
+
+        dm = self.datamanager
+        cached = dm.cached_train  # undistorted uint8 images; rewrites the cameras' intrinsics
+        if not cached:
+            raise RuntimeError("the dataset has no training images")
+        images = [np.asarray(d["image"].cpu().numpy()) for d in cached]
+        masks = None
+        if "mask" in cached[0]:
+            masks = [np.asarray(d["mask"].cpu().numpy())[..., 0].astype(bool) for d in cached]
+        viewmats, Ks, _, _ = cameras_to_opencv(dm.train_dataset.cameras)
+        data = make_dataset(images, viewmats, Ks, masks)
+        positions = np.linalg.inv(viewmats)[:, :3, 3]
+        scene_scale = 1.1 * float(np.max(np.linalg.norm(positions - positions.mean(0), axis=1)))  # 3DGS extent
+        model.attach_engine(data, max(scene_scale, 1e-3), max_steps)
+        return model.engine
+
+    def train_block(self, num_steps: int, max_steps: int) -> Dict[str, float]:
+        engine = self.ensure_engine(max_steps)
+        metrics, info = engine.run_block(num_steps)
+        self.model._sync_from_engine()
+        out = {
+            "loss": float(np.mean(metrics["loss"])),
+            "psnr": float(np.mean(metrics["psnr"])),
+            "gaussian_count": int(metrics["num_alive"]),
+            "intersections": float(np.mean(metrics["num_intersections"])),
+        }
+        if info.refined:
+            out.update(clone=info.n_clone, split=info.n_split, pruned=info.n_pruned, relocated=info.n_relocated,
+                       added=info.n_added)
+        return out

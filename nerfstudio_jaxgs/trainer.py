@@ -1,0 +1,75 @@
+"""Trainer: nerfstudio's, except that one iteration runs a whole compiled block of steps and no
+torch backward happens. Step counts, logs, eval, checkpoints and the viewer follow the block:
+anything due at a step inside a block runs right after it."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Type
+
+from nerfstudio.engine.trainer import Trainer, TrainerConfig
+from nerfstudio.utils import writer
+from nerfstudio.utils.writer import EventName
+
+
+def crossed(before: int, after: int, every: int) -> bool:
+    """A multiple of `every` lies in (before, after]."""
+    return every > 0 and after // every > before // every
+
+
+@dataclass
+class JaxGSTrainerConfig(TrainerConfig):
+    _target: Type = field(default_factory=lambda: JaxGSTrainer)
+
+
+class JaxGSTrainer(Trainer):
+    def train(self) -> None:
+        assert self.pipeline.datamanager.train_dataset is not None, "Missing DatsetInputs"
+        if hasattr(self.pipeline.datamanager, "train_dataparser_outputs"):
+            self.pipeline.datamanager.train_dataparser_outputs.save_dataparser_transform(
+                self.base_dir / "dataparser_transforms.json")
+        self._init_viewer_state()
+        model = self.pipeline.model
+        block = max(1, model.config.steps_per_block)
+        done = self._start_step  # steps already trained
+        end = self._start_step + self.config.max_num_iterations
+        self.stop_training = False
+        with self.train_lock:
+            self.pipeline.ensure_engine(self.config.max_num_iterations)
+        while done < end and not self.stop_training:
+            while self.training_state == "paused" and not self.stop_training:
+                time.sleep(0.01)
+            n = min(block, end - done)
+            t0 = time.perf_counter()
+            with self.train_lock:
+                self.pipeline.train()
+                stats = self.pipeline.train_block(n, end)
+            dt = time.perf_counter() - t0
+            before, done = done, done + n
+            self.step = step = done - 1  # nerfstudio's step: index of the last iteration run
+            for s in range(before, done):  # per-step time for the progress table and the viewer
+                writer.put_time(name=EventName.ITER_TRAIN_TIME, duration=dt / n, step=s, avg_over_steps=True)
+            writer.put_time(name=EventName.TRAIN_RAYS_PER_SEC,
+                            duration=self.pipeline.datamanager.get_train_rays_per_batch() / max(dt / n, 1e-6),
+                            step=step, avg_over_steps=True)
+            self._update_viewer_state(step)
+            if crossed(before - 1, step, self.config.logging.steps_per_log) or before == 0:
+                writer.put_scalar(name="Train Loss", scalar=stats["loss"], step=step)
+                writer.put_dict(name="Train Metrics Dict", scalar_dict={**stats, "steps_per_sec": n / dt}, step=step)
+            if self.pipeline.datamanager.eval_dataset:
+                with self.train_lock:
+                    self._eval_after_block(before - 1, step)
+            if crossed(before - 1, step, self.config.steps_per_save):
+                self.save_checkpoint(step)
+            writer.write_out_storage()
+        self._after_train()
+
+    def _eval_after_block(self, before: int, step: int) -> None:
+        if crossed(before, step, self.config.steps_per_eval_image):
+            metrics, images = self.pipeline.get_eval_image_metrics_and_images(step=step)
+            writer.put_dict(name="Eval Images Metrics", scalar_dict=metrics, step=step)
+            for name, image in images.items():
+                writer.put_image(name="Eval Images/" + name, image=image, step=step)
+        if crossed(before, step, self.config.steps_per_eval_all_images):
+            metrics = self.pipeline.get_average_eval_image_metrics(step=step)
+            writer.put_dict(name="Eval Images Metrics Dict (all images)", scalar_dict=metrics, step=step)
