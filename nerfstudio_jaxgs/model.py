@@ -30,8 +30,8 @@ class JaxGSModelConfig(SplatfactoModelConfig):
     """Density control: 3DGS/gsplat default (clone/split/prune) or 3DGS-MCMC (fixed budget)."""
     max_gaussians: int = 0
     """Gaussian budget: caps growth (default strategy; 0 = no cap) or the MCMC budget (0 = 1,000,000)."""
-    background_color: Literal["random", "black", "white"] = "random"
-    """Background behind the Gaussians during training."""
+    background_color: Literal["random", "black", "white"] = "black"
+    """Background behind the Gaussians during training ("random" only makes sense with RGBA images)."""
     refine_every: int = 100
     refine_start: int = 500
     refine_stop: int = 15000
@@ -54,7 +54,7 @@ class JaxGSModel(SplatfactoModel):
 
         from jax_backend.gaussians import init_from_points, init_random
 
-        seed_points = self.kwargs.get("seed_points")
+        seed_points = getattr(self, "seed_points", None)  # SplatfactoModel.__init__ keeps them there
         if seed_points is not None and not self.config.random_init and len(seed_points[0]) > 0:
             pts, rgb = (np.asarray(x.cpu() if hasattr(x, "cpu") else x) for x in seed_points)
             self.gaussians = init_from_points(pts, rgb, sh_degree=self.config.sh_degree, seed=self.config.seed)

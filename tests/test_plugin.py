@@ -1,0 +1,113 @@
+"""The nerfstudio plugin: registration, DLPack views, and (slow) the real ns-* commands on the
+bundled fox scene."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("nerfstudio")
+
+ROOT = Path(__file__).resolve().parents[1]
+FOX = ROOT / "data" / "fox"
+BIN = Path(sys.executable).parent
+
+
+def _model(num_random=200):
+    from nerfstudio.data.scene_box import SceneBox
+
+    from nerfstudio_jaxgs.model import JaxGSModelConfig
+
+    cfg = JaxGSModelConfig(num_random=num_random, random_scale=2.0)
+    return cfg.setup(scene_box=SceneBox(aabb=torch.tensor([[-1.0, -1, -1], [1, 1, 1]])), num_train_data=1,
+                     seed_points=None)
+
+
+def test_model_tensors_are_zero_copy_views_of_jax_arrays():
+    model = _model()
+    views = model._views()
+    for name in ("means", "scales", "quats"):
+        t = getattr(model, name)
+        assert t.data_ptr() == views["_jax"][name].unsafe_buffer_pointer(), name
+    assert model.opacities.shape == (200, 1) and model.features_dc.shape == (200, 3)
+    assert model.features_rest.shape == (200, 15, 3)
+    assert model.opacities.data_ptr() == views["_jax"]["opacities"].unsafe_buffer_pointer()
+    assert model.get_param_groups() == {}
+
+
+def test_seed_points_are_used():
+    from nerfstudio.data.scene_box import SceneBox
+
+    from nerfstudio_jaxgs.model import JaxGSModelConfig
+
+    pts = torch.rand(50, 3)
+    rgb = (torch.rand(50, 3) * 255).to(torch.uint8)
+    model = JaxGSModelConfig().setup(scene_box=SceneBox(aabb=torch.tensor([[-1.0, -1, -1], [1, 1, 1]])),
+                                     num_train_data=1, seed_points=(pts, rgb))
+    assert model.num_points == 50
+    np.testing.assert_allclose(model.means.numpy(), pts.numpy(), atol=1e-6)
+
+
+def test_ns_train_lists_jax_gs_with_its_settings():
+    out = subprocess.run([BIN / "ns-train", "jax-gs", "--help"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    for flag in ("--pipeline.model.steps-per-block", "--pipeline.model.rasterizer", "--pipeline.model.strategy",
+                 "--pipeline.model.max-gaussians", "--pipeline.model.sh-degree", "--pipeline.model.background-color"):
+        assert flag in out.stdout, flag
+
+
+def _run(args, **kw):
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    out = subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env, timeout=1800, **kw)
+    assert out.returncode == 0, f"{args[0]} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+    return out
+
+
+@pytest.mark.slow
+def test_train_export_view_resume_eval_on_the_bundled_scene(tmp_path):
+    common = ["--vis", "tensorboard", "--machine.device-type", "cpu", "--viewer.quit-on-train-completion", "True",
+              "--pipeline.model.num-random", "5000", "--pipeline.model.random-scale", "1.0",
+              "--pipeline.model.steps-per-block", "50", "--output-dir", tmp_path]
+    data = ["nerfstudio-data", "--eval-mode", "interval", "--eval-interval", "8"]
+    _run([BIN / "ns-train", "jax-gs", "--data", FOX, "--max-num-iterations", "200", "--timestamp", "a", *common, *data])
+    run = tmp_path / "fox" / "jax-gs" / "a"
+    ckpt = run / "nerfstudio_models" / "step-000000199.ckpt"
+    assert ckpt.exists()
+    state = torch.load(ckpt, weights_only=True)  # torch tensors only
+    assert state["step"] == 199
+
+    # ns-export gaussian-splat: the standard PLY, read the way splat viewers read it
+    _run([BIN / "ns-export", "gaussian-splat", "--load-config", run / "config.yml", "--output-dir", tmp_path / "export"])
+    from plyfile import PlyData
+
+    from jax_backend.ply import property_names
+
+    vertex = PlyData.read(str(tmp_path / "export" / "splat.ply"))["vertex"]
+    assert [p.name for p in vertex.properties] == property_names(15)
+    assert vertex.count > 1000
+
+    # the viewer's path: load the checkpoint as ns-viewer does and render one frame
+    from nerfstudio.utils.eval_utils import eval_setup
+
+    _, pipeline, _, step = eval_setup(run / "config.yml", test_mode="test")
+    cams = pipeline.datamanager.eval_dataset.cameras
+    out = pipeline.model.get_outputs_for_camera(cams[0:1])
+    h, w = int(cams.height[0]), int(cams.width[0])
+    assert out["rgb"].shape == (h, w, 3) and out["depth"].shape == (h, w, 1) and out["accumulation"].shape == (h, w, 1)
+    assert float(out["accumulation"].mean()) > 0.3 and float(out["rgb"].std()) > 0.02
+
+    # resume: 100 more steps from the checkpoint
+    _run([BIN / "ns-train", "jax-gs", "--data", FOX, "--max-num-iterations", "100", "--timestamp", "b",
+          "--load-dir", run / "nerfstudio_models", *common, *data])
+    resumed = tmp_path / "fox" / "jax-gs" / "b" / "nerfstudio_models" / "step-000000299.ckpt"
+    assert resumed.exists()
+    assert int(torch.load(resumed, weights_only=True)["pipeline"]["_model.jaxgs.trained_steps"]) == 300
+
+    # ns-eval writes PSNR and SSIM
+    _run([BIN / "ns-eval", "--load-config", run / "config.yml", "--output-path", tmp_path / "eval.json"])
+    results = json.loads((tmp_path / "eval.json").read_text())["results"]
+    assert results["psnr"] > 10 and 0 < results["ssim"] <= 1
