@@ -34,6 +34,7 @@ def main():
     ap.add_argument("--steps", type=int, nargs="+", default=[2000, 7000])
     ap.add_argument("--strategy", choices=["default", "mcmc"], default="default")
     ap.add_argument("--init-points", type=int, default=20000)
+    ap.add_argument("--max-gaussians", type=int, default=40000, help="Gaussian budget (0: none)")
     ap.add_argument("--init-extent", type=float, default=0.5, help="half-size of the initial cube / camera radius")
     ap.add_argument("--rasterizer", default="flat")
     ap.add_argument("--log-every", type=int, default=500)
@@ -45,12 +46,12 @@ def main():
     # (the capture has no point cloud; Gaussians right in front of the cameras only cost time)
     r = a.init_extent * d["scene_scale"] / 1.1
     lo, hi = [-r] * 3, [r] * 3
-    strategy = DefaultStrategy() if a.strategy == "default" else MCMCStrategy(cap_max=300_000)
+    strategy = DefaultStrategy(budget=a.max_gaussians) if a.strategy == "default" else MCMCStrategy(cap_max=a.max_gaussians or 300_000)
     cfg = TrainConfig(max_steps=max(a.steps), strategy=strategy, rasterizer=a.rasterizer, steps_per_block=a.steps_per_block)
     g = init_random(a.init_points, lo, hi, sh_degree=cfg.sh_degree)
     tr = Trainer(cfg, data, g, d["scene_scale"])
     print(f"fox: {data.num_views} train / {len(d['test'][0])} held-out views, {data.width}x{data.height}, "
-          f"{a.strategy} strategy, {a.init_points} random initial Gaussians")
+          f"{a.strategy} strategy, {a.init_points} random initial Gaussians, budget {a.max_gaussians}")
     print(f"step 0: held-out PSNR {heldout_psnr(tr, d['test']):.2f} dB")
     t0 = time.perf_counter()
     for target in sorted(a.steps):
