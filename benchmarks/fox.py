@@ -9,17 +9,10 @@ import argparse
 import time
 from pathlib import Path
 
-import numpy as np
 
 
 def heldout_psnr(trainer, test):
-    imgs, vms, Ks = test
-    vals = []
-    for im, vm, K in zip(imgs, vms, Ks):
-        render, _ = trainer.render(vm, K, im.shape[1], im.shape[0], render_mode="RGB")
-        mse = np.mean((np.clip(np.asarray(render), 0, 1) - im / 255.0) ** 2)
-        vals.append(-10 * np.log10(max(mse, 1e-10)))
-    return float(np.mean(vals))
+    return trainer.heldout_psnr(*test)
 
 
 def main():

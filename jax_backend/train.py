@@ -203,6 +203,7 @@ class Trainer:
             isect_capacity = next_capacity(2 * self._count_intersections(0))
         self.isect_capacity = int(isect_capacity)
         self._compiled: dict = {}
+        self._budget_bound = False
 
     # -- helpers
     def _count_intersections(self, view: int) -> int:
@@ -266,8 +267,10 @@ class Trainer:
             info = RefineInfo(*[np.asarray(x).item() for x in jax.device_get(info)])
         metrics["num_alive"] = int(jnp.sum(self.state.gaussians.alive))
         budget = getattr(self.cfg.strategy, "budget", 0)
-        if info.budget_bound and budget:
-            self.log(f"[jax-gs] step {self.step}: Gaussian budget {budget} reached; growth limited to it")
+        if info.refined and budget and info.budget_bound != self._budget_bound:
+            self._budget_bound = info.budget_bound
+            self.log(f"[jax-gs] step {self.step}: Gaussian budget {budget} "
+                     + ("reached; growth limited to it" if info.budget_bound else "no longer limits growth"))
         peak = int(metrics["num_intersections"].max())
         if peak > 0.8 * self.isect_capacity:
             self.isect_capacity = next_capacity(int(peak * 1.5))
@@ -300,6 +303,14 @@ class Trainer:
                                          jnp.asarray(K)[None], width, height, sh_degree=degree, backgrounds=bg,
                                          render_mode=render_mode, rasterizer=self.cfg.rasterizer)
         return colors[0], alpha[0]
+
+    def heldout_psnr(self, images, viewmats, Ks) -> float:
+        """Mean PSNR of the current Gaussians against uint8 images [H,W,3] seen from the given cameras."""
+        vals = []
+        for im, vm, K in zip(images, viewmats, Ks):
+            render, _ = self.render(vm, K, im.shape[1], im.shape[0], render_mode="RGB")
+            vals.append(float(psnr(jnp.clip(render, 0.0, 1.0), jnp.asarray(im[..., :3], jnp.float32) / 255.0)))
+        return float(np.mean(vals))
 
     def train(self, num_steps: Optional[int] = None, callback=None):
         """Run blocks until `num_steps` more steps (default: until max_steps) are done.

@@ -20,10 +20,4 @@ def known_scene(n=150, width=64, height=48, views=16, seed=0):
 
 
 def heldout_psnr(trainer, test):
-    imgs, vms, Ks = test
-    out = []
-    for im, vm, K in zip(imgs, vms, Ks):
-        render, _ = trainer.render(vm, K, im.shape[1], im.shape[0], render_mode="RGB")
-        mse = np.mean((np.clip(np.asarray(render), 0, 1) - im / 255.0) ** 2)
-        out.append(-10 * np.log10(mse))
-    return float(np.mean(out))
+    return trainer.heldout_psnr(*test)
