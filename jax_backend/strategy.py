@@ -233,8 +233,13 @@ class MCMCStrategy:
         return g, opt_state, stats, info
 
     def _sample(self, key, weights, mask, n_max):
-        logits = jnp.where(mask, jnp.log(jnp.maximum(weights, 1e-12)), -jnp.inf)
-        return jax.random.categorical(key, logits, shape=(n_max,))
+        """n_max indices drawn with replacement, proportional to weights where mask is set.
+        Inverse CDF (cumsum + searchsorted): O(N log N) memory-light, unlike a Gumbel argmax."""
+        w = jnp.where(mask, jnp.maximum(weights, 0.0), 0.0)
+        cdf = jnp.cumsum(w)
+        u = jax.random.uniform(key, (n_max,)) * cdf[-1]
+        idx = jnp.searchsorted(cdf, u, side="right")
+        return jnp.clip(idx, 0, weights.shape[0] - 1)
 
     def _teleport(self, g: Gaussians, opt_state, targets, sources, used):
         """Slots `targets[i]` (where used[i]) become copies of `sources[i]`; every source and copy

@@ -125,3 +125,12 @@ def test_mcmc_relocates_dead_and_adds_five_percent():
     m = np.asarray(out.params["means"])
     for i in range(3):
         assert np.min(np.linalg.norm(m[3:40] - m[i], axis=1)) == 0.0
+
+
+def test_mcmc_sampling_follows_the_weights_and_skips_masked_slots():
+    w = jnp.array([0.0, 1.0, 3.0, 100.0])
+    mask = jnp.array([True, True, True, False])
+    idx = np.asarray(MCMCStrategy()._sample(jax.random.PRNGKey(0), w, mask, 40000))
+    counts = np.bincount(idx, minlength=4) / len(idx)
+    assert counts[0] == 0 and counts[3] == 0
+    np.testing.assert_allclose(counts[1:3], [0.25, 0.75], atol=0.01)
