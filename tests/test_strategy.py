@@ -134,3 +134,14 @@ def test_mcmc_sampling_follows_the_weights_and_skips_masked_slots():
     counts = np.bincount(idx, minlength=4) / len(idx)
     assert counts[0] == 0 and counts[3] == 0
     np.testing.assert_allclose(counts[1:3], [0.25, 0.75], atol=0.01)
+
+
+def test_mcmc_refinement_memory_is_linear_in_capacity():
+    """65,536 slots: the compiled relocation must not build capacity^2 arrays (that was 17 GB)."""
+    cap = 1 << 16
+    g = init_from_points(np.random.default_rng(0).normal(size=(1000, 3)), sh_degree=1, capacity=cap)
+    tx = make_optimizer(OptimConfig(), 1.0, 1000)
+    opt = tx.init(g.params)
+    fn = jax.jit(lambda k, g, o: MCMCStrategy()._relocate_and_add(k, g, o))
+    temp = fn.lower(jax.random.PRNGKey(0), g, opt).compile().memory_analysis().temp_size_in_bytes
+    assert temp < 400 * cap * 4, temp  # a few hundred floats per slot at most
