@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .compositing import BackState, BlendState, CompositeConfig, blend_backward, blend_forward, initial_state, sum_pixels, tile_pixel_centres
+from .compositing import BackState, BlendState, CompositeConfig, blend_backward, blend_forward, initial_state, split_rows, sum_pixels, tile_pixel_centres
 
 # per-pixel state and images carry the pixel axis last (features channel first: [ch, P])
 _pixel_blend = jax.vmap(blend_forward, in_axes=(-1, -1, -1, None, None, None, None), out_axes=-1)
@@ -67,22 +67,18 @@ def standard_backward(cfg: CompositeConfig, geom, feats, ids, start, end, last, 
         length = e - s
 
         def body(carry):
-            p, st, acc_g, acc_f, acc_a = carry
+            p, st, acc = carry
             p = p - 1
             in_range = p < length
             gid = jnp.where(in_range, ids[jnp.clip(s + p, 0, ids.shape[0] - 1)], n)
             g = geom.at[:, gid].get(mode="fill", fill_value=0.0)
             f = feats.at[:, gid].get(mode="fill", fill_value=0.0)
             st, grads = _tile_back(st, tpx, tpy, g, f, p, in_range, lst, Tf, dc, da)
-            d_g, d_f, d_a = sum_pixels(grads)
-            acc_g = acc_g.at[gid].add(d_g, mode="drop")
-            acc_f = acc_f.at[gid].add(d_f, mode="drop")
-            acc_a = acc_a.at[gid].add(d_a, mode="drop")
-            return p, st, acc_g, acc_f, acc_a
+            acc = acc.at[gid].add(jnp.concatenate(sum_pixels(grads), -1), mode="drop")  # one scatter, as flat
+            return p, st, acc
 
-        init = (jnp.max(lst), BackState(T=Tf, behind=b0)) + acc
-        return jax.lax.while_loop(lambda c: c[0] > 0, body, init)[2:], None
+        init = (jnp.max(lst), BackState(T=Tf, behind=b0), acc)
+        return jax.lax.while_loop(lambda c: c[0] > 0, body, init)[2], None
 
-    acc0 = (jnp.zeros((n, geom.shape[0]), jnp.float32), jnp.zeros((n, ch), jnp.float32), jnp.zeros((n, 2), jnp.float32))
-    (d_geom, d_feats, d_abs), _ = jax.lax.scan(group, acc0, groups)
-    return d_geom, d_feats, d_abs
+    acc, _ = jax.lax.scan(group, jnp.zeros((n, geom.shape[0] + ch + 2), jnp.float32), groups)
+    return split_rows(acc, ch)
