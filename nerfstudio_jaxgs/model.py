@@ -12,6 +12,7 @@ import torch
 from nerfstudio.models.splatfacto import SplatfactoModel, SplatfactoModelConfig
 
 from .bridge import cameras_to_opencv, to_torch
+from .errors import InputError
 
 PREFIX = "jaxgs"
 
@@ -254,7 +255,7 @@ class JaxGSModel(SplatfactoModel):
     def load_state_dict(self, state_dict, strict: bool = True, **kwargs):  # type: ignore[override]
         arrays = {k[len(PREFIX) + 1:]: v.detach().cpu().numpy() for k, v in state_dict.items() if k.startswith(PREFIX + ".")}
         if not arrays:
-            raise RuntimeError("checkpoint has no jax-gs state (was it written by another method?)")
+            raise InputError("checkpoint has no jax-gs state (was it written by another method?)")
         self._trained_steps = int(arrays.pop("trained_steps", 0))
         if "train.step" in arrays or any(k.startswith("train.") for k in arrays):
             train = {k[len("train"):]: v for k, v in arrays.items() if k.startswith("train.")}
@@ -286,6 +287,6 @@ def _gaussians_from(arrays: dict, root: str):
     for name in PARAM_NAMES:
         key = f"{root}.params['{name}']"
         if key not in arrays:
-            raise RuntimeError(f"checkpoint is missing {key}")
+            raise InputError(f"checkpoint is missing {key}")
         params[name] = jnp.asarray(arrays[key])
     return Gaussians(params, jnp.asarray(arrays[f"{root}.alive"]).astype(bool))

@@ -10,6 +10,7 @@ import numpy as np
 from nerfstudio.pipelines.base_pipeline import VanillaPipeline, VanillaPipelineConfig
 
 from .bridge import cameras_to_opencv
+from .errors import check_scene, install_excepthook, no_prompts, user_errors
 
 
 @dataclass
@@ -18,6 +19,13 @@ class JaxGSPipelineConfig(VanillaPipelineConfig):
 
 
 class JaxGSPipeline(VanillaPipeline):
+    def __init__(self, config: JaxGSPipelineConfig, *args, **kwargs):
+        install_excepthook()  # bad input below ends the run with one line naming the file
+        dm = config.datamanager
+        check_scene(dm.dataparser, getattr(dm, "data", None))
+        with no_prompts(), user_errors("loading the scene"):
+            super().__init__(config, *args, **kwargs)
+
     def ensure_engine(self, max_steps: int):
         """Build the on-device dataset and the engine on first use (not for viewing or export)."""
         model = self.model
@@ -26,7 +34,8 @@ class JaxGSPipeline(VanillaPipeline):
         from jax_backend.train import make_dataset
 
         dm = self.datamanager
-        cached = dm.cached_train  # undistorted uint8 images; rewrites the cameras' intrinsics
+        with user_errors("reading the training images"):
+            cached = dm.cached_train  # undistorted uint8 images; rewrites the cameras' intrinsics
         if not cached:
             raise RuntimeError("the dataset has no training images")
         images = [np.asarray(d["image"].cpu().numpy()) for d in cached]

@@ -3,12 +3,15 @@ torch backward happens. Step counts, logs, eval, checkpoints and the viewer foll
 anything due at a step inside a block runs right after it."""
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Type
 
+import torch
 from nerfstudio.engine.trainer import Trainer, TrainerConfig
 from nerfstudio.utils import writer
+from nerfstudio.utils.decorators import check_main_thread
 from nerfstudio.utils.writer import EventName
 
 
@@ -58,11 +61,39 @@ class JaxGSTrainer(Trainer):
                 writer.put_dict(name="Train Metrics Dict", scalar_dict={**stats, "steps_per_sec": n / dt}, step=step)
             if self.pipeline.datamanager.eval_dataset:
                 with self.train_lock:
-                    self._eval_after_block(before - 1, step)
-            if crossed(before - 1, step, self.config.steps_per_save):
+                    self._eval_after_block(max(before - 1, 0), step)  # as nerfstudio: not at step 0
+            if crossed(max(before - 1, 0), step, self.config.steps_per_save):
                 self.save_checkpoint(step)
             writer.write_out_storage()
         self._after_train()
+
+    @check_main_thread
+    def save_checkpoint(self, step: int) -> None:
+        """nerfstudio's checkpoint, written atomically: a kill mid-write leaves the previous ones
+        intact. The temporary file lies next to the checkpoint folder, not in it, because
+        nerfstudio parses every file name in that folder as a step number."""
+        self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        ckpt_path = self.checkpoint_dir / f"step-{step:09d}.ckpt"
+        tmp = self.checkpoint_dir.parent / f".{ckpt_path.name}.{os.getpid()}.tmp"
+        state = {
+            "step": step,
+            "pipeline": self.pipeline.state_dict(),
+            "optimizers": {k: v.state_dict() for k, v in self.optimizers.optimizers.items()},
+            "schedulers": {k: v.state_dict() for k, v in self.optimizers.schedulers.items()},
+            "scalers": self.grad_scaler.state_dict(),
+        }
+        try:
+            with open(tmp, "wb") as f:
+                torch.save(state, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, ckpt_path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        if self.config.save_only_latest_checkpoint:
+            for f in self.checkpoint_dir.glob("*.ckpt"):
+                if f != ckpt_path:
+                    f.unlink()
 
     def _eval_after_block(self, before: int, step: int) -> None:
         if crossed(before, step, self.config.steps_per_eval_image):

@@ -67,6 +67,14 @@ def _run(args, **kw):
     return out
 
 
+def _fails_in_one_line(args):
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    out = subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env, timeout=600,
+                         stdin=subprocess.DEVNULL)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    return out.stderr.strip().splitlines()[-1]
+
+
 @pytest.mark.slow
 def test_train_export_view_resume_eval_on_the_bundled_scene(tmp_path):
     common = ["--vis", "tensorboard", "--machine.device-type", "cpu", "--viewer.quit-on-train-completion", "True",
@@ -112,6 +120,25 @@ def test_train_export_view_resume_eval_on_the_bundled_scene(tmp_path):
     resumed = tmp_path / "fox" / "jax-gs" / "b" / "nerfstudio_models" / "step-000000299.ckpt"
     assert resumed.exists()
     assert int(torch.load(resumed, weights_only=True)["pipeline"]["_model.jaxgs.trained_steps"]) == 300
+
+    # a corrupt checkpoint: ns-export and ns-train --load-dir fail with one line naming it, and the
+    # PLY already exported is left as it was
+    import yaml
+
+    cfg = yaml.load((run / "config.yml").read_text(), Loader=yaml.Loader)
+    cfg.timestamp = "corrupt"
+    bad = tmp_path / "fox" / "jax-gs" / "corrupt" / "nerfstudio_models" / "step-000000199.ckpt"
+    bad.parent.mkdir(parents=True)
+    bad.write_bytes(ckpt.read_bytes()[: ckpt.stat().st_size // 2])
+    (bad.parents[1] / "config.yml").write_text(yaml.dump(cfg))
+    ply = (tmp_path / "export" / "splat.ply").read_bytes()
+    line = _fails_in_one_line([BIN / "ns-export", "gaussian-splat", "--load-config", bad.parents[1] / "config.yml",
+                               "--output-dir", tmp_path / "export"])
+    assert line.startswith("jax-gs: error: checkpoint") and str(bad) in line
+    assert (tmp_path / "export" / "splat.ply").read_bytes() == ply
+    line = _fails_in_one_line([BIN / "ns-train", "jax-gs", "--data", FOX, "--max-num-iterations", "10",
+                               "--timestamp", "c", "--load-dir", bad.parent, *common, *data])
+    assert line.startswith("jax-gs: error: checkpoint") and str(bad) in line
 
     # ns-eval writes PSNR and SSIM
     _run([BIN / "ns-eval", "--load-config", run / "config.yml", "--output-path", tmp_path / "eval.json"])
