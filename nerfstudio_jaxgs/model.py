@@ -71,7 +71,9 @@ class JaxGSModel(SplatfactoModel):
         self.ssim = StructuralSimilarityIndexMeasure(data_range=1.0)
         self.lpips = self._try_lpips()
         self.crop_box = None
-        self.background_color = torch.tensor([0.0, 0.0, 0.0])
+        # rendering outside training (viewer, eval, export previews): the configured colour, black for
+        # "random" (as splatfacto does)
+        self.background_color = torch.tensor([1.0, 1.0, 1.0] if self.config.background_color == "white" else [0.0] * 3)
         self.step = 0
 
     @staticmethod
@@ -186,7 +188,9 @@ class JaxGSModel(SplatfactoModel):
         w, h = int(w[0]), int(h[0])
         b = max(self.config.viewer_bucket, 1)
         W, H = -(-w // b) * b, -(-h // b) * b  # bucketed: extra pixels right and bottom, cropped below
-        bg = jnp.zeros((1, 3)) if background is None else jnp.asarray(np.asarray(background, np.float32).reshape(1, 3))
+        if background is None:
+            background = self.background_color
+        bg = jnp.asarray(np.asarray(background, np.float32).reshape(1, 3))
         g = self.gaussians
         means, quats, scales, opac, sh = activated(g.params, g.alive)
         if self.crop_box is not None:
