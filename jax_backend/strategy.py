@@ -271,8 +271,10 @@ class MCMCStrategy:
         g, opt_state, _ = self._teleport(g, opt_state, targets, sources, used)
         # growth: +5% up to the budget, into free slots
         n_alive = jnp.sum(g.alive)
-        n_target = jnp.minimum(jnp.minimum(self.cap_max, cap), jnp.floor(1.05 * n_alive).astype(jnp.int32))
-        n_add = jnp.maximum(n_target - n_alive, 0)
+        # the target is not capped by the capacity: when it does not fit, nothing is added and
+        # slots_needed tells the host to grow the capacity and refine again (never a silent cap)
+        n_target = jnp.minimum(self.cap_max, jnp.floor(1.05 * n_alive).astype(jnp.int32))
+        n_add = jnp.where(n_target <= cap, jnp.maximum(n_target - n_alive, 0), 0)
         o = jax.nn.sigmoid(g.params["opacities"])
         targets = jnp.nonzero(~g.alive, size=cap, fill_value=0)[0]
         sources = self._sample(k2, o, g.alive, cap)

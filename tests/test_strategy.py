@@ -127,6 +127,17 @@ def test_mcmc_relocates_dead_and_adds_five_percent():
         assert np.min(np.linalg.norm(m[3:40] - m[i], axis=1)) == 0.0
 
 
+def test_mcmc_growth_beyond_the_capacity_asks_the_host():
+    rng = np.random.default_rng(0)
+    g = init_from_points(rng.normal(size=(64, 3)), sh_degree=1, capacity=64)  # full
+    tx = make_optimizer(OptimConfig(), 1.0, 1000)
+    out, _, info = MCMCStrategy(cap_max=1000)._relocate_and_add(jax.random.PRNGKey(1), g, tx.init(g.params))
+    assert int(info.n_added) == 0 and int(info.slots_needed) == 67 and not bool(info.budget_bound)
+    assert np.asarray(out.alive).sum() == 64
+    _, _, info = MCMCStrategy(cap_max=64)._relocate_and_add(jax.random.PRNGKey(1), g, tx.init(g.params))
+    assert int(info.slots_needed) == 64 and bool(info.budget_bound)  # the budget, not the capacity, binds
+
+
 def test_mcmc_sampling_follows_the_weights_and_skips_masked_slots():
     w = jnp.array([0.0, 1.0, 3.0, 100.0])
     mask = jnp.array([True, True, True, False])

@@ -65,6 +65,15 @@ def test_capacity_grows_and_keeps_state(scene):
             np.testing.assert_array_equal(a, b)
 
 
+def test_mcmc_grows_the_capacity_instead_of_capping_at_it(scene):
+    _, train, _ = scene
+    msgs = []
+    tr = _trainer(train, MCMCStrategy(cap_max=1000, refine_start=0, refine_every=50), 128, 100, log=msgs.append)
+    _, info = tr.run_block()  # the 128 slots are full: +5% needs 134
+    assert tr.state.gaussians.capacity == 256 and any("capacity grown 128 -> 256" in m for m in msgs)
+    assert int(jnp.sum(tr.state.gaussians.alive)) == 134 and info.n_added == 6
+
+
 def test_overflowing_block_is_run_again_with_a_larger_buffer(scene):
     _, train, _ = scene
     msgs = []

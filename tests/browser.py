@@ -1,0 +1,91 @@
+"""A real headless Chromium driven over the DevTools protocol: open a page, take screenshots."""
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
+
+
+def find_chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port: int, timeout: float, proc=None) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode} before port {port} opened")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(f"nothing listens on port {port} after {timeout} s")
+
+
+class Browser:
+    def __init__(self, width=1280, height=800):
+        exe = find_chromium()
+        if exe is None:
+            raise RuntimeError("no chromium found")
+        self.port = free_port()
+        self.profile = tempfile.mkdtemp(prefix="jaxgs-chromium-")
+        self.proc = subprocess.Popen([exe, *CHROMIUM_FLAGS, f"--remote-debugging-port={self.port}",
+                                      f"--user-data-dir={self.profile}", f"--window-size={width},{height}",
+                                      "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for_port(self.port, 60, self.proc)
+        from websockets.sync.client import connect
+
+        for _ in range(60):
+            pages = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{self.port}/json").read())
+            pages = [p for p in pages if p.get("type") == "page"]
+            if pages:
+                break
+            time.sleep(0.5)
+        self.ws = connect(pages[0]["webSocketDebuggerUrl"], max_size=None, open_timeout=30)
+        self._id = 0
+
+    def call(self, method, **params):
+        self._id += 1
+        self.ws.send(json.dumps({"id": self._id, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv(timeout=60))
+            if msg.get("id") == self._id:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                return msg.get("result", {})
+
+    def open(self, url):
+        self.call("Page.enable")
+        self.call("Page.navigate", url=url)
+
+    def screenshot(self) -> bytes:
+        return base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"])
+
+    def close(self):
+        try:
+            self.ws.close()
+        finally:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            shutil.rmtree(self.profile, ignore_errors=True)
