@@ -59,7 +59,7 @@ class Browser:
             if pages:
                 break
             time.sleep(0.5)
-        self.ws = connect(pages[0]["webSocketDebuggerUrl"], max_size=None, open_timeout=30)
+        self.ws = connect(pages[0]["webSocketDebuggerUrl"], max_size=None, open_timeout=30)  # closed in close()
         self._id = 0
 
     def call(self, method, **params):

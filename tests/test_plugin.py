@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +68,65 @@ def _run(args, **kw):
     return out
 
 
+def _canvas(png: bytes):
+    """The 3D canvas of a nerfstudio viewer screenshot (left of the control panel, below the bar)."""
+    import io
+
+    from PIL import Image
+
+    im = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(np.float64)
+    h, w, _ = im.shape
+    return im[int(0.15 * h):int(0.95 * h), int(0.05 * w):int(0.70 * w)]
+
+
+def _shows_a_render(canvas) -> bool:
+    """viser's empty canvas is near-black (about 20-30 grey levels, train cameras as specks), a page
+    that failed to load is white or flat: a frame of the fox fills the canvas with lit, varied
+    colour."""
+    lum = canvas.mean(-1)
+    lit = np.mean(lum > 50)
+    return lit > 0.6 and np.median(lum) < 235 and canvas.std() > 6
+
+
+def viewer_shows_the_render(config, tmp_path, timeout=300):
+    from browser import Browser, find_chromium, free_port, wait_for_port
+
+    if find_chromium() is None:
+        if os.environ.get("JAXGS_REQUIRE_BROWSER"):
+            pytest.fail("no chromium (CI installs Debian's chromium)")
+        return
+    port = free_port()
+    log = open(tmp_path / "viewer.log", "w")
+    viewer = subprocess.Popen([str(BIN / "ns-viewer"), "--load-config", str(config), "--viewer.websocket-port",
+                               str(port)], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                              env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    browser = None
+    try:
+        wait_for_port(port, timeout, viewer)
+        browser = Browser()
+        browser.open(f"http://127.0.0.1:{port}")
+        end, shots = time.time() + timeout, []
+        while time.time() < end:
+            time.sleep(2)
+            shots.append(browser.screenshot())
+            # the viewer sends a coarse frame first, then the full-resolution one: wait until it settles
+            if (len(shots) > 1 and _shows_a_render(_canvas(shots[-1]))
+                    and np.abs(_canvas(shots[-1]) - _canvas(shots[-2])).mean() < 1.0):
+                break
+        (tmp_path / "viewer.png").write_bytes(shots[-1])
+        assert shots and _shows_a_render(_canvas(shots[-1])), f"no rendered frame in {tmp_path / 'viewer.png'}"
+        assert not _shows_a_render(_canvas(shots[0])) or len(shots) == 1  # the check tells the two apart
+    finally:
+        if browser is not None:
+            browser.close()
+        viewer.terminate()
+        try:
+            viewer.wait(30)
+        except subprocess.TimeoutExpired:
+            viewer.kill()
+        log.close()
+
+
 def _fails_in_one_line(args):
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     out = subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env, timeout=600,
@@ -113,6 +173,9 @@ def test_train_export_view_resume_eval_on_the_bundled_scene(tmp_path):
     gt = train["image"].numpy() / 255.0
     pred = pipeline.model.get_outputs_for_camera(pipeline.datamanager.train_dataset.cameras[0:1])["rgb"].numpy()
     assert np.mean((pred - gt) ** 2) < 0.8 * np.mean(gt**2)
+
+    # the viewer as a person meets it: ns-viewer on the checkpoint, its page in headless Chromium
+    viewer_shows_the_render(run / "config.yml", tmp_path)
 
     # resume: 100 more steps from the checkpoint
     _run([BIN / "ns-train", "jax-gs", "--data", FOX, "--max-num-iterations", "100", "--timestamp", "b",
