@@ -86,8 +86,73 @@ class TrainState(NamedTuple):
     stats: dict  # density-control statistics
     step: jnp.ndarray  # steps done
     key: jnp.ndarray
-    perm: jnp.ndarray  # [V] this epoch's view order
-    cursor: jnp.ndarray  # position in perm
+
+
+@dataclass(frozen=True)
+class ViewPlan:
+    """How the views of one step are drawn, for `replicas` data-parallel devices (this host's)
+    each rendering `views_per_replica` views per step. The dataset's views are dealt to
+    `lanes = replicas * views_per_replica` lanes (lane l: views l, l + lanes, ...); every lane
+    goes through its views once per epoch in its own random order. Lane l's view at step t is a
+    pure function of (seed, global lane, t): nothing to carry, resumable, and the same views
+    whether the lanes sit on 4 devices or in one batch of 4 on one device.
+
+    `axis_name` names the pmap axis (None: one replica, no collectives); `lane_offset` is this
+    host's first global lane (multi-host: each host deals its own shard of the views)."""
+
+    num_views: int
+    views_per_replica: int = 1
+    replicas: int = 1
+    axis_name: Optional[str] = None
+    lane_offset: int = 0
+    seed: int = 0
+
+    @property
+    def lanes(self) -> int:
+        return self.replicas * self.views_per_replica
+
+    def table(self):
+        """[lanes, S] view indices (-1 padding) and [lanes] counts, as numpy (static)."""
+        if self.num_views < self.lanes:
+            raise ValueError(f"{self.lanes} views per step need at least as many training views, "
+                             f"this dataset has {self.num_views}")
+        S = -(-self.num_views // self.lanes)
+        table = np.full((self.lanes, S), -1, np.int32)
+        for lane in range(self.lanes):
+            own = np.arange(lane, self.num_views, self.lanes)
+            table[lane, : len(own)] = own
+        return table, (table >= 0).sum(1).astype(np.int32)
+
+    def views(self, step):
+        """The [views_per_replica] views this replica trains on at `step` (traced)."""
+        table, counts = (jnp.asarray(a) for a in self.table())
+        local = jnp.arange(self.views_per_replica)
+        if self.axis_name is not None:
+            local = local + jax.lax.axis_index(self.axis_name) * self.views_per_replica
+        base = jax.random.PRNGKey(self.seed)
+
+        def one(lane):
+            n = counts[lane]
+            epoch, pos = step // n, step % n
+            k = jax.random.fold_in(jax.random.fold_in(base, lane + self.lane_offset), epoch)
+            order = jnp.argsort(jnp.where(table[lane] >= 0, jax.random.uniform(k, table.shape[1:]), 2.0))
+            return table[lane, order[pos]]
+
+        return jax.vmap(one)(local)
+
+
+def replicate(tree, devices):
+    """One copy of every leaf on each device, stacked on a leading device axis (what pmap takes)."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    sharding = NamedSharding(Mesh(np.array(devices), ("devices",)), PartitionSpec("devices"))
+
+    def one(x):
+        x = jnp.asarray(x)
+        shards = [jax.device_put(x[None], d) for d in devices]
+        return jax.make_array_from_single_device_arrays((len(devices),) + x.shape, sharding, shards)
+
+    return jax.tree_util.tree_map(one, tree)
 
 
 def background_color(kind: str, key):
@@ -100,53 +165,61 @@ def background_color(kind: str, key):
     raise ValueError(f"background must be 'black', 'white' or 'random', got {kind!r}")
 
 
-def next_view(state: TrainState, key):
-    """Each view once per epoch, in a fresh random order every epoch (drawn on the device)."""
-    view = state.perm[state.cursor]
-    cursor = state.cursor + 1
-    wrap = cursor >= state.perm.shape[0]
-    perm = jnp.where(wrap, jax.random.permutation(key, state.perm.shape[0]), state.perm)
-    return view, jnp.where(wrap, 0, cursor), perm
-
-
-def train_step(cfg: TrainConfig, tx, means_lr, isect_capacity: int, data: Dataset, state: TrainState, _):
-    key, k_view, k_bg, k_noise = jax.random.split(state.key, 4)
-    view, cursor, perm = next_view(state, k_view)
-    image = data.images[view].astype(jnp.float32) / 255.0
-    mask = data.masks[view]
-    bg = background_color(cfg.background, k_bg)
-    target = image[..., :3]
-    if image.shape[-1] == 4:  # composite RGBA targets on this step's background
-        target = target * image[..., 3:] + bg * (1.0 - image[..., 3:])
+def train_step(cfg: TrainConfig, tx, means_lr, isect_capacity: int, plan: ViewPlan, data: Dataset,
+               state: TrainState, _):
+    """One optimisation step on this replica's views; with `plan.axis_name`, the gradient is the
+    mean over every replica's views (`lax.pmean`) and density statistics are summed (`lax.psum`),
+    so every replica applies the same update and takes the same density decisions."""
+    axis = plan.axis_name
+    key, k_bg, k_noise = jax.random.split(state.key, 3)
+    views = plan.views(state.step)
+    B = plan.views_per_replica
+    images = data.images[views].astype(jnp.float32) / 255.0
+    masks = data.masks[views]
+    first = 0 if axis is None else jax.lax.axis_index(axis) * B
+    bgs = jax.vmap(lambda i: background_color(cfg.background, jax.random.fold_in(k_bg, i)))(first + jnp.arange(B))
+    targets = images[..., :3]
+    if images.shape[-1] == 4:  # composite RGBA targets on this step's background
+        targets = targets * images[..., 3:] + bgs[:, None, None, :] * (1.0 - images[..., 3:])
     sh_active = jnp.minimum(state.step // cfg.sh_degree_interval, cfg.sh_degree)
     g = state.gaussians
     strategy = cfg.strategy
 
     def loss_fn(params, probe):
         means, quats, scales, opacities, sh = activated(params, g.alive)
-        render, _, meta = rasterization(
-            means, quats, scales, opacities, sh, data.viewmats[view][None], data.Ks[view][None], data.width, data.height,
-            sh_degree=sh_active, backgrounds=bg[None], rasterizer=cfg.rasterizer, capacity=isect_capacity,
+        renders, _, meta = rasterization(
+            means, quats, scales, opacities, sh, data.viewmats[views], data.Ks[views], data.width, data.height,
+            sh_degree=sh_active, backgrounds=bgs, rasterizer=cfg.rasterizer, capacity=isect_capacity,
             means2d_probe=probe, absgrad=strategy.absgrad)
-        loss = photometric_loss(render[0], target, mask, cfg.ssim_lambda) + strategy.loss_regularizer(params, g.alive)
-        return loss, (render[0], meta)
+        per_view = jax.vmap(photometric_loss, in_axes=(0, 0, 0, None))(renders, targets, masks, cfg.ssim_lambda)
+        loss = jnp.mean(per_view) + strategy.loss_regularizer(params, g.alive)
+        return loss, (renders, per_view, meta)
 
-    probe = jnp.zeros((1, g.capacity, 2), jnp.float32)
-    (loss, (render, meta)), (grads, probe_grad) = jax.value_and_grad(loss_fn, argnums=(0, 1), has_aux=True)(g.params, probe)
+    probe = jnp.zeros((B, g.capacity, 2), jnp.float32)
+    (_, (renders, per_view, meta)), (grads, probe_grad) = jax.value_and_grad(
+        loss_fn, argnums=(0, 1), has_aux=True)(g.params, probe)
+    if axis is not None:
+        grads = jax.lax.pmean(grads, axis)
     updates, opt_state = tx.update(grads, state.opt_state, g.params)
     updates = jax.tree_util.tree_map(lambda u: jnp.where(g.alive.reshape((-1,) + (1,) * (u.ndim - 1)), u, 0.0), updates)
     params = optax.apply_updates(g.params, updates)
-    stats = strategy.accumulate(state.stats, state.step, probe_grad[0], meta["radii"][0], data.width, data.height)
+    # screen-space statistics per view, as if each view were its own step (the mean over B views
+    # scaled each view's means2d gradient by 1/B)
+    delta = strategy.init_stats(g.capacity)
+    for c in range(B):
+        delta = strategy.accumulate(delta, state.step, probe_grad[c] * B, meta["radii"][c], data.width, data.height)
+    if axis is not None:
+        delta = jax.lax.psum(delta, axis)
+    stats = jax.tree_util.tree_map(jnp.add, state.stats, delta)
     gaussians = strategy.post_step(k_noise, Gaussians(params, g.alive), state.step, means_lr(state.step))
     metrics = {
-        "loss": loss,
-        "psnr": psnr(render, target, mask),
-        "view": view,
-        "num_intersections": meta["num_intersections"][0],
-        "overflow": meta["overflow"][0],
+        "loss": per_view,
+        "psnr": jax.vmap(psnr)(renders, targets, masks),
+        "view": views,
+        "num_intersections": meta["num_intersections"],
+        "overflow": meta["overflow"],
     }
-    new = TrainState(gaussians, opt_state, stats, state.step + 1, key, perm, cursor)
-    return new, metrics
+    return TrainState(gaussians, opt_state, stats, state.step + 1, key), metrics
 
 
 def refine_state(cfg: TrainConfig, scene_scale: float, state: TrainState, step_before):
@@ -157,26 +230,24 @@ def refine_state(cfg: TrainConfig, scene_scale: float, state: TrainState, step_b
 
 
 def train_block(cfg: TrainConfig, tx, means_lr, scene_scale: float, isect_capacity: int, num_steps: int,
-                data: Dataset, state: TrainState):
-    """`num_steps` steps in one `lax.scan`, then density control. Per-step metrics come back as arrays."""
+                plan: ViewPlan, data: Dataset, state: TrainState):
+    """`num_steps` steps in one `lax.scan`, then density control. Per-step metrics come back as
+    arrays [num_steps, views_per_replica]. Under pmap every replica holds the same state and
+    statistics, so the density control below runs on each and agrees, with no host round trip."""
     step_before = state.step
-    state, metrics = jax.lax.scan(partial(train_step, cfg, tx, means_lr, isect_capacity, data), state, None,
+    state, metrics = jax.lax.scan(partial(train_step, cfg, tx, means_lr, isect_capacity, plan, data), state, None,
                                   length=num_steps)
     state, info = refine_state(cfg, scene_scale, state, step_before)
     return state, metrics, info
 
 
-def initial_state(cfg: TrainConfig, tx, gaussians: Gaussians, num_views: int) -> TrainState:
-    key = jax.random.PRNGKey(cfg.seed)
-    key, k = jax.random.split(key)
+def initial_state(cfg: TrainConfig, tx, gaussians: Gaussians) -> TrainState:
     return TrainState(
         gaussians=gaussians,
         opt_state=tx.init(gaussians.params),
         stats=cfg.strategy.init_stats(gaussians.capacity),
         step=jnp.int32(0),
-        key=key,
-        perm=jax.random.permutation(k, num_views),
-        cursor=jnp.int32(0),
+        key=jax.random.PRNGKey(cfg.seed),
     )
 
 
@@ -192,18 +263,46 @@ class Trainer:
     """
 
     def __init__(self, cfg: TrainConfig, data: Dataset, gaussians: Gaussians, scene_scale: float,
-                 isect_capacity: Optional[int] = None, log=print):
+                 isect_capacity: Optional[int] = None, log=print, *, num_devices: int = 1,
+                 views_per_device: int = 1):
+        """`num_devices` > 1 (or several processes after `jax.distributed.initialize`): data
+        parallel with pmap over this host's first `num_devices` devices, each rendering
+        `views_per_device` views per step; the effective batch is the total views per step."""
         from .rendering import next_capacity
 
+        local = jax.local_devices()
+        if not 1 <= num_devices <= len(local):
+            raise ValueError(f"num_devices must be between 1 and {len(local)} (this host's devices), got {num_devices}")
+        self.devices = local[:num_devices]
+        self.parallel = num_devices > 1 or jax.process_count() > 1
+        self.plan = ViewPlan(data.num_views, int(views_per_device), num_devices, "devices" if self.parallel else None,
+                             lane_offset=jax.process_index() * num_devices * int(views_per_device), seed=cfg.seed)
+        self.plan.table()  # enough views for the lanes
         self.cfg, self.data, self.scene_scale, self.log = cfg, data, float(scene_scale), log
+        self._device_data = replicate(data, self.devices) if self.parallel else data
         self.tx = make_optimizer(cfg.optim, self.scene_scale, cfg.max_steps)
         self.means_lr = means_schedule(cfg.optim, self.scene_scale, cfg.max_steps)
-        self.state = initial_state(cfg, self.tx, gaussians, data.num_views)
+        self.state = initial_state(cfg, self.tx, gaussians)
         if isect_capacity is None:
             isect_capacity = next_capacity(2 * self._count_intersections(0))
         self.isect_capacity = int(isect_capacity)
         self._compiled: dict = {}
         self._budget_bound = False
+
+    @property
+    def state(self) -> TrainState:
+        """The training state (one replica's copy when data parallel: they are identical)."""
+        if self.parallel:
+            return jax.tree_util.tree_map(lambda x: x[0], self._state)
+        return self._state
+
+    @state.setter
+    def state(self, value: TrainState):
+        self._state = replicate(value, self.devices) if self.parallel else value
+
+    @property
+    def views_per_step(self) -> int:
+        return self.plan.lanes * jax.process_count()
 
     # -- helpers
     def _count_intersections(self, view: int) -> int:
@@ -216,8 +315,10 @@ class Trainer:
     def _block_fn(self, num_steps: int):
         key = ("block", self.isect_capacity, num_steps)
         if key not in self._compiled:
-            self._compiled[key] = jax.jit(partial(train_block, self.cfg, self.tx, self.means_lr, self.scene_scale,
-                                                  self.isect_capacity, num_steps))
+            fn = partial(train_block, self.cfg, self.tx, self.means_lr, self.scene_scale, self.isect_capacity,
+                         num_steps, self.plan)
+            self._compiled[key] = (jax.pmap(fn, axis_name=self.plan.axis_name, devices=self.devices)
+                                   if self.parallel else jax.jit(fn))
         return self._compiled[key]
 
     def _refine_fn(self):
@@ -249,10 +350,13 @@ class Trainer:
         from .rendering import next_capacity
 
         num_steps = num_steps or min(self.cfg.steps_per_block, max(self.cfg.max_steps - self.step, 1))
-        before = self.state
+        before = self._state
         while True:
-            state, metrics, info = self._block_fn(num_steps)(self.data, before)
+            state, metrics, info = self._block_fn(num_steps)(self._device_data, before)
             metrics = jax.device_get(metrics)
+            if self.parallel:  # [devices, steps, views] -> [steps, devices * views]; one replica's info
+                metrics = {k: np.moveaxis(v, 0, 1).reshape(v.shape[1], -1) for k, v in metrics.items()}
+                info = jax.tree_util.tree_map(lambda x: x[0], info)
             if not metrics["overflow"].any():
                 break
             needed = int(metrics["num_intersections"].max())
@@ -260,10 +364,10 @@ class Trainer:
             self.log(f"[jax-gs] step {self.step}: intersection buffer too small ({needed} needed); "
                      f"grown to {self.isect_capacity}, block run again")
         info = RefineInfo(*[np.asarray(x).item() for x in jax.device_get(info)])
-        self.state = state
+        self._state = state
         if info.slots_needed > self.state.gaussians.capacity:
             self.grow_capacity(next_pow2(info.slots_needed))
-            self.state, info = self._refine_fn()(self.state, before.step)
+            self.state, info = self._refine_fn()(self.state, self.step - num_steps)
             info = RefineInfo(*[np.asarray(x).item() for x in jax.device_get(info)])
         metrics["num_alive"] = int(jnp.sum(self.state.gaussians.alive))
         budget = getattr(self.cfg.strategy, "budget", 0)
