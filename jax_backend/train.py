@@ -126,9 +126,9 @@ class ViewPlan:
     def views(self, step):
         """The [views_per_replica] views this replica trains on at `step` (traced)."""
         table, counts = (jnp.asarray(a) for a in self.table())
-        local = jnp.arange(self.views_per_replica)
-        if self.axis_name is not None:
-            local = local + jax.lax.axis_index(self.axis_name) * self.views_per_replica
+        local = jnp.arange(self.views_per_replica)  # this replica's lanes, among this host's
+        if self.axis_name is not None:  # axis_index counts every host's devices
+            local = local + jax.lax.axis_index(self.axis_name) * self.views_per_replica - self.lane_offset
         base = jax.random.PRNGKey(self.seed)
 
         def one(lane):
@@ -273,6 +273,9 @@ class Trainer:
         local = jax.local_devices()
         if not 1 <= num_devices <= len(local):
             raise ValueError(f"num_devices must be between 1 and {len(local)} (this host's devices), got {num_devices}")
+        if jax.process_count() > 1 and num_devices != len(local):
+            raise ValueError(f"with several processes every local device takes part: num_devices must be "
+                             f"{len(local)}, got {num_devices}")
         self.devices = local[:num_devices]
         self.parallel = num_devices > 1 or jax.process_count() > 1
         self.plan = ViewPlan(data.num_views, int(views_per_device), num_devices, "devices" if self.parallel else None,
@@ -317,7 +320,10 @@ class Trainer:
         if key not in self._compiled:
             fn = partial(train_block, self.cfg, self.tx, self.means_lr, self.scene_scale, self.isect_capacity,
                          num_steps, self.plan)
-            self._compiled[key] = (jax.pmap(fn, axis_name=self.plan.axis_name, devices=self.devices)
+            # several processes: pmap over every process's devices (collectives span the hosts);
+            # each process passes and gets back its own devices' slices
+            devices = self.devices if jax.process_count() == 1 else None
+            self._compiled[key] = (jax.pmap(fn, axis_name=self.plan.axis_name, devices=devices)
                                    if self.parallel else jax.jit(fn))
         return self._compiled[key]
 

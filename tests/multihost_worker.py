@@ -1,0 +1,54 @@
+"""One process of the multi-host test: train a few blocks on this host's share of the views."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def train_local(num_devices=1, views=None):
+    """Train 3 blocks of 10 steps on `views` (default: all; "host": this host's share) of the
+    synthetic scene; returns the
+    parameters and the global view index of every lane at every step."""
+    import numpy as np
+
+    from jax_backend.gaussians import init_random
+    from jax_backend.optim import OptimConfig
+    from jax_backend.strategy import DefaultStrategy
+    from jax_backend.train import Dataset, TrainConfig, Trainer
+    from synthetic import known_scene
+
+    _, train, _ = known_scene(views=16)
+    if views == "host":
+        from jax_backend.distributed import host_views
+
+        views = host_views(train.num_views)
+    mine = np.arange(train.num_views) if views is None else views
+    data = Dataset(*(x[mine] for x in train))
+    strategy = DefaultStrategy(refine_start=0, refine_every=10, reset_every=20, grow_grad2d=0.0005)
+    cfg = TrainConfig(max_steps=200, steps_per_block=10, sh_degree=1, sh_degree_interval=10, strategy=strategy,
+                      optim=OptimConfig(eps=1e-6))
+    tr = Trainer(cfg, data, init_random(256, -1, 1, sh_degree=1, capacity=1024), scene_scale=1.5,
+                 num_devices=num_devices, log=lambda m: None)
+    views = []
+    for _ in range(3):
+        m, _ = tr.run_block()
+        views.append(m["view"])
+    g = tr.state.gaussians
+    return dict(alive=np.asarray(g.alive), views=mine[np.concatenate(views)],
+                **{k: np.asarray(v) for k, v in g.params.items()})
+
+
+def main(out_path):
+    from jax_backend.distributed import initialize_from_env
+
+    initialize_from_env()
+    import jax
+    import numpy as np
+
+    out = train_local(num_devices=len(jax.local_devices()), views="host")
+    np.savez(out_path, process=jax.process_index(), count=jax.process_count(), global_views=out.pop("views"), **out)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
