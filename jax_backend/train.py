@@ -295,8 +295,8 @@ class Trainer:
     @property
     def state(self) -> TrainState:
         """The training state (one replica's copy when data parallel: they are identical)."""
-        if self.parallel:
-            return jax.tree_util.tree_map(lambda x: x[0], self._state)
+        if self.parallel:  # the first local device's shard: a plain single-device array
+            return jax.tree_util.tree_map(lambda x: x.addressable_shards[0].data[0], self._state)
         return self._state
 
     @state.setter

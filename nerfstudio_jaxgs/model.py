@@ -43,6 +43,12 @@ class JaxGSModelConfig(SplatfactoModelConfig):
     viewer_bucket: int = 64
     """Viewer renders are padded up to a multiple of this many pixels, so moving the camera or
     small window changes do not recompile."""
+    num_devices: int = 0
+    """Data-parallel devices (jax.pmap, gradients averaged with pmean): 0 = all local devices.
+    Each device renders views_per_device views per step, so one step trains on
+    num_devices x views_per_device views; the step count and learning-rate schedule stay per step."""
+    views_per_device: int = 1
+    """Views each device renders per step (a batch; 1 = the 3DGS recipe)."""
     seed: int = 0
 
 
@@ -108,7 +114,15 @@ class JaxGSModel(SplatfactoModel):
 
             cap = next_pow2(min(strategy.cap_max, max(4 * gaussians.capacity, gaussians.capacity)))
             gaussians = pad_leading(gaussians, gaussians.capacity, cap)
-        self.engine = Trainer(cfg, dataset, gaussians, scene_scale, log=print)
+        import jax
+
+        num_devices = c.num_devices or len(jax.local_devices())
+        if num_devices > len(jax.local_devices()):
+            raise InputError(f"num-devices {num_devices}: this host has {len(jax.local_devices())} JAX device(s)")
+        self.engine = Trainer(cfg, dataset, gaussians, scene_scale, log=print, num_devices=num_devices,
+                              views_per_device=c.views_per_device)
+        if self.engine.views_per_step > 1:
+            print(f"[jax-gs] data parallel: {num_devices} device(s) x {c.views_per_device} view(s) per step")
         if self._pending_state is not None:
             self._restore_engine(self._pending_state)
             self._pending_state = None

@@ -53,7 +53,8 @@ class JaxGSTrainer(Trainer):
             for s in range(before, done):  # per-step time for the progress table and the viewer
                 writer.put_time(name=EventName.ITER_TRAIN_TIME, duration=dt / n, step=s, avg_over_steps=True)
             writer.put_time(name=EventName.TRAIN_RAYS_PER_SEC,
-                            duration=self.pipeline.datamanager.get_train_rays_per_batch() / max(dt / n, 1e-6),
+                            duration=self.pipeline.datamanager.get_train_rays_per_batch()
+                            * self.pipeline.model.engine.views_per_step / max(dt / n, 1e-6),
                             step=step, avg_over_steps=True)
             self._update_viewer_state(step)
             if crossed(before - 1, step, self.config.logging.steps_per_log) or before == 0:

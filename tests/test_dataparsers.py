@@ -21,12 +21,18 @@ pytest.importorskip("nerfstudio")
 ROOT = Path(__file__).resolve().parents[1]
 FOX = ROOT / "data" / "fox"
 BIN = Path(sys.executable).parent
+
+
+def _env(**extra):
+    """The ns-* commands run on one CPU device unless a test asks for more (conftest forces 4)."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    return dict(env, JAX_PLATFORMS="cpu", **extra)
 COMMON = ["--vis", "tensorboard", "--viewer.quit-on-train-completion", "True", "--steps-per-save", "1000",
           "--pipeline.model.steps-per-block", "25"]
 
 
 def _run(args):
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env = _env()
     out = subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env, timeout=1800,
                          stdin=subprocess.DEVNULL)
     assert out.returncode == 0, f"{args[0]} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"

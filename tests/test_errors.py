@@ -22,6 +22,12 @@ FOX = ROOT / "data" / "fox"
 BIN = Path(sys.executable).parent
 
 
+def _env(**extra):
+    """The ns-* commands run on one CPU device unless a test asks for more (conftest forces 4)."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    return dict(env, JAX_PLATFORMS="cpu", **extra)
+
+
 def _small_scene(tmp_path, n=3):
     meta = json.loads((FOX / "transforms.json").read_text())
     meta["frames"] = sorted(meta["frames"], key=lambda f: f["file_path"])[:n]
@@ -120,7 +126,7 @@ def test_ns_train_on_a_bad_scene_fails_in_one_line(tmp_path):
     out = subprocess.run([BIN / "ns-train", "jax-gs", "--data", scene, "--output-dir", tmp_path / "out",
                           "--vis", "tensorboard", "--max-num-iterations", "10"],
                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600,
-                         env=dict(os.environ, JAX_PLATFORMS="cpu"))
+                         env=_env())
     assert out.returncode == 1
     assert "Traceback" not in out.stderr + out.stdout
     last = out.stderr.strip().splitlines()[-1]

@@ -18,6 +18,12 @@ FOX = ROOT / "data" / "fox"
 BIN = Path(sys.executable).parent
 
 
+def _env(**extra):
+    """The ns-* commands run on one CPU device unless a test asks for more (conftest forces 4)."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    return dict(env, JAX_PLATFORMS="cpu", **extra)
+
+
 def _model(num_random=200):
     from nerfstudio.data.scene_box import SceneBox
 
@@ -62,7 +68,7 @@ def test_ns_train_lists_jax_gs_with_its_settings():
 
 
 def _run(args, **kw):
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env = _env()
     out = subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env, timeout=1800, **kw)
     assert out.returncode == 0, f"{args[0]} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
     return out
@@ -99,7 +105,7 @@ def viewer_shows_the_render(config, tmp_path, timeout=300):
     log = open(tmp_path / "viewer.log", "w")
     viewer = subprocess.Popen([str(BIN / "ns-viewer"), "--load-config", str(config), "--viewer.websocket-port",
                                str(port)], stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                              env=dict(os.environ, JAX_PLATFORMS="cpu"))
+                              env=_env())
     browser = None
     try:
         wait_for_port(port, timeout, viewer)
@@ -128,7 +134,7 @@ def viewer_shows_the_render(config, tmp_path, timeout=300):
 
 
 def _fails_in_one_line(args):
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env = _env()
     out = subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env, timeout=600,
                          stdin=subprocess.DEVNULL)
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
@@ -207,3 +213,21 @@ def test_train_export_view_resume_eval_on_the_bundled_scene(tmp_path):
     _run([BIN / "ns-eval", "--load-config", run / "config.yml", "--output-path", tmp_path / "eval.json"])
     results = json.loads((tmp_path / "eval.json").read_text())["results"]
     assert results["psnr"] > 7 and 0 < results["ssim"] <= 1  # a black frame scores 5.5 dB on the fox
+
+
+@pytest.mark.slow
+def test_ns_train_on_four_devices(tmp_path):
+    """--pipeline.model.num-devices 4 on four forced CPU devices: trains, checkpoints, exports."""
+    env = _env(XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    args = [BIN / "ns-train", "jax-gs", "--data", FOX, "--max-num-iterations", "40", "--timestamp", "p",
+            "--vis", "tensorboard", "--viewer.quit-on-train-completion", "True", "--output-dir", tmp_path,
+            "--pipeline.model.num-devices", "4", "--pipeline.model.steps-per-block", "20",
+            "--pipeline.model.num-random", "3000", "--pipeline.model.random-scale", "1.0"]
+    out = subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env, timeout=1800,
+                         stdin=subprocess.DEVNULL)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "data parallel: 4 device(s) x 1 view(s) per step" in out.stdout
+    ckpt = tmp_path / "fox" / "jax-gs" / "p" / "nerfstudio_models" / "step-000000039.ckpt"
+    state = torch.load(ckpt, weights_only=True)["pipeline"]
+    assert int(state["_model.jaxgs.trained_steps"]) == 40
+    assert int(state["_model.jaxgs.train.gaussians.alive"].sum()) == 3000
