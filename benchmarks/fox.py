@@ -48,8 +48,6 @@ def main():
     print(f"step 0: held-out PSNR {heldout_psnr(tr, d['test']):.2f} dB")
     t0 = time.perf_counter()
     for target in sorted(a.steps):
-        last = [None]
-
         def cb(t, m, info):
             if t.step % a.log_every == 0:
                 print(f"  step {t.step}: train PSNR {m['psnr'].mean():.2f}, {m['num_alive']} Gaussians, "

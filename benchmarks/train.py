@@ -25,7 +25,7 @@ CONFIGS = {
 }
 
 
-def build_trainer(n: int, rasterizer: str, steps_per_block: int):
+def build_trainer(n: int, rasterizer: str, steps_per_block: int, **trainer_kw):
     import jax.numpy as jnp
     import numpy as np
 
@@ -54,7 +54,7 @@ def build_trainer(n: int, rasterizer: str, steps_per_block: int):
          "sh0": rgb_to_sh0(colors)[:, None], "shN": np.zeros((n, 15, 3))}
     g = Gaussians({k: jnp.asarray(v, jnp.float32) for k, v in p.items()}, jnp.ones(n, bool))
     cfg = TrainConfig(steps_per_block=steps_per_block, rasterizer=rasterizer, strategy=DefaultStrategy(refine_start=10**9))
-    return Trainer(cfg, data, g, scene_scale=2.0)
+    return Trainer(cfg, data, g, scene_scale=2.0, **trainer_kw)
 
 
 def measure(n: int, name: str, steps: int) -> dict:

@@ -4,7 +4,7 @@ arrays through DLPack. No math here: rendering and training are `jax_backend`'s.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Literal, Optional, Type
+from typing import Dict, List, Literal, Type
 
 import numpy as np
 import torch
@@ -108,12 +108,7 @@ class JaxGSModel(SplatfactoModel):
         cfg = TrainConfig(max_steps=max_steps, steps_per_block=c.steps_per_block, rasterizer=c.rasterizer,
                           sh_degree=c.sh_degree, sh_degree_interval=c.sh_degree_interval,
                           background=c.background_color, strategy=strategy, seed=c.seed)
-        gaussians = self.gaussians
-        if strategy.__class__ is MCMCStrategy:  # fixed budget: all the slots up front
-            from jax_backend.gaussians import next_pow2, pad_leading
-
-            cap = next_pow2(min(strategy.cap_max, max(4 * gaussians.capacity, gaussians.capacity)))
-            gaussians = pad_leading(gaussians, gaussians.capacity, cap)
+        gaussians = self.gaussians  # capacity grows on the host as density control needs it
         import jax
 
         num_devices = c.num_devices or len(jax.local_devices())

@@ -10,7 +10,7 @@ device="${DEVICE:-cpu}"
 run="$out/fox/jax-gs/main"
 ns-train jax-gs --data data/fox --output-dir "$out" --timestamp main --max-num-iterations "$steps" \
   --vis tensorboard --machine.device-type "$device" --viewer.quit-on-train-completion True \
-  --pipeline.model.num-random 20000 --pipeline.model.random-scale 1.0 \
+  --pipeline.model.strategy mcmc --pipeline.model.num-random 20000 --pipeline.model.random-scale 1.0 \
   nerfstudio-data --eval-mode interval --eval-interval 8
 ns-export gaussian-splat --load-config "$run/config.yml" --output-dir "$run/export"
 ns-eval --load-config "$run/config.yml" --output-path "$run/eval.json"

@@ -6,10 +6,8 @@
   renderer, RGBA PNGs composited by nerfstudio onto white.
 """
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,15 +16,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("nerfstudio")
 
-ROOT = Path(__file__).resolve().parents[1]
-FOX = ROOT / "data" / "fox"
-BIN = Path(sys.executable).parent
-
-
-def _env(**extra):
-    """The ns-* commands run on one CPU device unless a test asks for more (conftest forces 4)."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    return dict(env, JAX_PLATFORMS="cpu", **extra)
+from commands import BIN, FOX  # noqa: E402
+from commands import command_env as _env  # noqa: E402
 COMMON = ["--vis", "tensorboard", "--viewer.quit-on-train-completion", "True", "--steps-per-save", "1000",
           "--pipeline.model.steps-per-block", "25"]
 

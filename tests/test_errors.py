@@ -1,10 +1,8 @@
 """Bad input: one line naming the file, no traceback, no prompt, nothing already written lost."""
 import json
-import os
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -17,15 +15,8 @@ from nerfstudio.data.dataparsers.nerfstudio_dataparser import NerfstudioDataPars
 
 from nerfstudio_jaxgs.errors import InputError, _one_line, check_scene, no_prompts, user_errors  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-FOX = ROOT / "data" / "fox"
-BIN = Path(sys.executable).parent
-
-
-def _env(**extra):
-    """The ns-* commands run on one CPU device unless a test asks for more (conftest forces 4)."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    return dict(env, JAX_PLATFORMS="cpu", **extra)
+from commands import BIN, FOX  # noqa: E402
+from commands import command_env as _env  # noqa: E402
 
 
 def _small_scene(tmp_path, n=3):

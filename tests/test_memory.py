@@ -2,7 +2,6 @@
 intersections + Gaussians) and does not grow with the number of steps in a scan chunk."""
 import jax
 import jax.numpy as jnp
-import numpy as np
 import pytest
 
 from scenes import cameras, hard_scene

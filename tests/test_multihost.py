@@ -50,3 +50,23 @@ def test_two_processes_end_identical_and_match_two_devices(tmp_path):
     np.testing.assert_array_equal(one["alive"], a["alive"])
     for k in ("means", "scales", "quats", "opacities", "sh0"):
         np.testing.assert_allclose(one[k], a[k], rtol=1e-4, atol=1e-5, err_msg=k)
+
+
+@pytest.mark.slow
+def test_multihost_script_on_the_fox(tmp_path):
+    """scripts/train_multihost.py, two processes, 20 steps on the bundled fox: process 0 writes the PLY."""
+    root = HERE.parent
+    port = free_port()
+    env = dict({k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}, JAX_PLATFORMS="cpu",
+               JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2")
+    cmd = [sys.executable, str(root / "scripts" / "train_multihost.py"), "--data", str(root / "data" / "fox"),
+           "--out", str(tmp_path), "--steps", "20", "--steps-per-block", "10", "--init-points", "2000"]
+    procs = [subprocess.Popen(cmd, env=dict(env, JAX_PROCESS_ID=str(i)), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=900)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(o[-3000:] for o in outs)
+    assert "2 process(es), 2 device(s), 2 views per step" in outs[0]
+    from jax_backend.ply import read_ply
+
+    params = read_ply(tmp_path / "splat.ply")
+    assert params["means"].shape[0] > 1000

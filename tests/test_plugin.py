@@ -3,9 +3,7 @@ bundled fox scene."""
 import json
 import os
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,15 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("nerfstudio")
 
-ROOT = Path(__file__).resolve().parents[1]
-FOX = ROOT / "data" / "fox"
-BIN = Path(sys.executable).parent
-
-
-def _env(**extra):
-    """The ns-* commands run on one CPU device unless a test asks for more (conftest forces 4)."""
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    return dict(env, JAX_PLATFORMS="cpu", **extra)
+from commands import BIN, FOX  # noqa: E402
+from commands import command_env as _env  # noqa: E402
 
 
 def _model(num_random=200):

@@ -1,4 +1,3 @@
-from collections import OrderedDict
 
 import numpy as np
 import pytest
