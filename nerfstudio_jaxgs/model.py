@@ -213,7 +213,7 @@ class JaxGSModel(SplatfactoModel):
             "rgb": torch.from_numpy(np.clip(colors[..., :3], 0.0, 1.0).copy()),
             "depth": torch.from_numpy(colors[..., 3:4].copy()),
             "accumulation": torch.from_numpy(alpha.copy()),
-            "background": torch.from_numpy(np.asarray(bg[0])),
+            "background": torch.from_numpy(np.array(bg[0])),
         }
 
     def get_outputs(self, camera) -> Dict[str, torch.Tensor]:
