@@ -2,6 +2,7 @@
 trains in blocks. nerfstudio's datamanager, eval and viewer code paths stay as they are."""
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Dict, Type
 
@@ -53,10 +54,14 @@ class JaxGSPipeline(VanillaPipeline):
         model.attach_engine(data, max(scene_scale, 1e-3), max_steps)
         return model.engine
 
-    def train_block(self, num_steps: int, max_steps: int) -> Dict[str, float]:
+    def train_block(self, num_steps: int, max_steps: int, publish_lock=None) -> Dict[str, float]:
+        """Run one compiled block. The model keeps serving the previous Gaussians (immutable JAX
+        arrays) to the viewer while the block runs; only switching to the new ones happens under
+        `publish_lock` (nerfstudio's train lock), so a viewer render waits at most for that."""
         engine = self.ensure_engine(max_steps)
         metrics, info = engine.run_block(num_steps)
-        self.model._sync_from_engine()
+        with publish_lock if publish_lock is not None else contextlib.nullcontext():
+            self.model._sync_from_engine()
         out = {
             "loss": float(np.mean(metrics["loss"])),
             "psnr": float(np.mean(metrics["psnr"])),

@@ -44,9 +44,8 @@ class JaxGSTrainer(Trainer):
                 time.sleep(0.01)
             n = min(block, end - done)
             t0 = time.perf_counter()
-            with self.train_lock:
-                self.pipeline.train()
-                stats = self.pipeline.train_block(n, end)
+            self.pipeline.train()
+            stats = self.pipeline.train_block(n, end, publish_lock=self.train_lock)  # the viewer renders meanwhile
             dt = time.perf_counter() - t0
             before, done = done, done + n
             self.step = step = done - 1  # nerfstudio's step: index of the last iteration run

@@ -222,3 +222,35 @@ def test_ns_train_on_four_devices(tmp_path):
     state = torch.load(ckpt, weights_only=True)["pipeline"]
     assert int(state["_model.jaxgs.trained_steps"]) == 40
     assert int(state["_model.jaxgs.train.gaussians.alive"].sum()) == 3000
+
+
+def test_viewer_is_not_locked_out_while_a_block_runs():
+    """nerfstudio's train lock (which the viewer takes to render) is free while the compiled block
+    runs, and held only while the model switches to the new Gaussians."""
+    import threading
+    from types import SimpleNamespace
+
+    from jax_backend.strategy import RefineInfo
+    from nerfstudio_jaxgs.pipeline import JaxGSPipeline
+
+    lock = threading.Lock()
+    seen = {}
+
+    def free():
+        got = lock.acquire(blocking=False)
+        if got:
+            lock.release()
+        return got
+
+    def run_block(n):
+        seen["during_block"] = free()
+        m = {"loss": np.ones(n), "psnr": np.ones(n), "num_alive": 5, "num_intersections": np.ones(n)}
+        return m, RefineInfo(*[0] * len(RefineInfo._fields))
+
+    def sync():
+        seen["during_sync"] = free()
+
+    fake = SimpleNamespace(ensure_engine=lambda m: SimpleNamespace(run_block=run_block),
+                           model=SimpleNamespace(_sync_from_engine=sync))
+    out = JaxGSPipeline.train_block(fake, 10, 100, publish_lock=lock)
+    assert seen == {"during_block": True, "during_sync": False} and out["gaussian_count"] == 5
