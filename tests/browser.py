@@ -76,6 +76,12 @@ class Browser:
         self.call("Page.enable")
         self.call("Page.navigate", url=url)
 
+    def text(self) -> str:
+        """The page's visible text."""
+        r = self.call("Runtime.evaluate", expression="document.body ? document.body.innerText : ''",
+                      returnByValue=True)
+        return r.get("result", {}).get("value", "") or ""
+
     def screenshot(self) -> bytes:
         return base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"])
 

@@ -2,6 +2,7 @@
 bundled fox scene."""
 import json
 import os
+import re
 import subprocess
 import time
 
@@ -102,15 +103,18 @@ def viewer_shows_the_render(config, tmp_path, timeout=300):
         wait_for_port(port, timeout, viewer)
         browser = Browser()
         browser.open(f"http://127.0.0.1:{port}")
-        end, shots = time.time() + timeout, []
+        end, shots, res = time.time() + timeout, [], (0, 0)
         while time.time() < end:
             time.sleep(2)
             shots.append(browser.screenshot())
-            # the viewer sends a coarse frame first, then the full-resolution one: wait until it settles
-            if (len(shots) > 1 and _shows_a_render(_canvas(shots[-1]))
-                    and np.abs(_canvas(shots[-1]) - _canvas(shots[-2])).mean() < 1.0):
+            # the viewer sends a coarse frame while the camera settles, then one at its "Max res"
+            # (512 px): the panel says which it shows
+            found = re.findall(r"Resolution:\s*(\d+)\s*[x\u00d7]\s*(\d+)", browser.text())
+            res = tuple(map(int, found[-1])) if found else (0, 0)
+            if max(res) >= 500 and _shows_a_render(_canvas(shots[-1])):
                 break
         (tmp_path / "viewer.png").write_bytes(shots[-1])
+        assert max(res) >= 500, f"the viewer never showed a full-resolution frame (last: {res})"
         assert shots and _shows_a_render(_canvas(shots[-1])), f"no rendered frame in {tmp_path / 'viewer.png'}"
         assert not _shows_a_render(_canvas(shots[0])) or len(shots) == 1  # the check tells the two apart
     finally:
