@@ -123,22 +123,27 @@ class ViewPlan:
             table[lane, : len(own)] = own
         return table, (table >= 0).sum(1).astype(np.int32)
 
+    def replica_lanes(self):
+        """The global lane of each of this replica's [views_per_replica] views (traced)."""
+        lanes = jnp.arange(self.views_per_replica)
+        if self.axis_name is not None:  # axis_index counts every host's devices
+            lanes = lanes + jax.lax.axis_index(self.axis_name) * self.views_per_replica
+        return lanes
+
     def views(self, step):
         """The [views_per_replica] views this replica trains on at `step` (traced)."""
         table, counts = (jnp.asarray(a) for a in self.table())
-        local = jnp.arange(self.views_per_replica)  # this replica's lanes, among this host's
-        if self.axis_name is not None:  # axis_index counts every host's devices
-            local = local + jax.lax.axis_index(self.axis_name) * self.views_per_replica - self.lane_offset
         base = jax.random.PRNGKey(self.seed)
 
         def one(lane):
-            n = counts[lane]
+            local = lane - self.lane_offset  # lanes are dealt this host's views
+            n = counts[local]
             epoch, pos = step // n, step % n
-            k = jax.random.fold_in(jax.random.fold_in(base, lane + self.lane_offset), epoch)
-            order = jnp.argsort(jnp.where(table[lane] >= 0, jax.random.uniform(k, table.shape[1:]), 2.0))
-            return table[lane, order[pos]]
+            k = jax.random.fold_in(jax.random.fold_in(base, lane), epoch)
+            order = jnp.argsort(jnp.where(table[local] >= 0, jax.random.uniform(k, table.shape[1:]), 2.0))
+            return table[local, order[pos]]
 
-        return jax.vmap(one)(local)
+        return jax.vmap(one)(self.replica_lanes())
 
 
 def replicate(tree, devices):
@@ -176,8 +181,7 @@ def train_step(cfg: TrainConfig, tx, means_lr, isect_capacity: int, plan: ViewPl
     B = plan.views_per_replica
     images = data.images[views].astype(jnp.float32) / 255.0
     masks = data.masks[views]
-    first = 0 if axis is None else jax.lax.axis_index(axis) * B
-    bgs = jax.vmap(lambda i: background_color(cfg.background, jax.random.fold_in(k_bg, i)))(first + jnp.arange(B))
+    bgs = jax.vmap(lambda lane: background_color(cfg.background, jax.random.fold_in(k_bg, lane)))(plan.replica_lanes())
     targets = images[..., :3]
     if images.shape[-1] == 4:  # composite RGBA targets on this step's background
         targets = targets * images[..., 3:] + bgs[:, None, None, :] * (1.0 - images[..., 3:])

@@ -40,10 +40,6 @@ class JaxGSPipeline(VanillaPipeline):
         if not cached:
             raise RuntimeError("the dataset has no training images")
         images = [np.asarray(d["image"].cpu().numpy()) for d in cached]
-        if images[0].shape[-1] == 4:  # RGBA reaches here only when the dataparser has no alpha colour
-            bg = model.background_color.numpy() * 255.0
-            images = [(im[..., :3] * (im[..., 3:] / 255.0) + bg * (1 - im[..., 3:] / 255.0) + 0.5).astype(np.uint8)
-                      for im in images]
         masks = None
         if "mask" in cached[0]:
             masks = [np.asarray(d["mask"].cpu().numpy())[..., 0].astype(bool) for d in cached]

@@ -7,7 +7,6 @@
 """
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -16,18 +15,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("nerfstudio")
 
-from commands import BIN, FOX  # noqa: E402
-from commands import command_env as _env  # noqa: E402
+from commands import BIN, FOX, run_command  # noqa: E402
 COMMON = ["--vis", "tensorboard", "--viewer.quit-on-train-completion", "True", "--steps-per-save", "1000",
           "--pipeline.model.steps-per-block", "25"]
 
 
 def _run(args):
-    env = _env()
-    out = subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env, timeout=1800,
-                         stdin=subprocess.DEVNULL)
-    assert out.returncode == 0, f"{args[0]} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
-    return out
+    return run_command(args)
 
 
 def _rotmat_to_qvec(R):

@@ -1,7 +1,6 @@
 """Bad input: one line naming the file, no traceback, no prompt, nothing already written lost."""
 import json
 import shutil
-import subprocess
 import sys
 
 import pytest
@@ -15,8 +14,7 @@ from nerfstudio.data.dataparsers.nerfstudio_dataparser import NerfstudioDataPars
 
 from nerfstudio_jaxgs.errors import InputError, _one_line, check_scene, no_prompts, user_errors  # noqa: E402
 
-from commands import BIN, FOX  # noqa: E402
-from commands import command_env as _env  # noqa: E402
+from commands import BIN, FOX, run_command  # noqa: E402
 
 
 def _small_scene(tmp_path, n=3):
@@ -114,11 +112,8 @@ def test_prompts_take_their_default_when_not_interactive(monkeypatch):
 def test_ns_train_on_a_bad_scene_fails_in_one_line(tmp_path):
     scene, meta = _small_scene(tmp_path)
     (scene / meta["frames"][2]["file_path"]).unlink()
-    out = subprocess.run([BIN / "ns-train", "jax-gs", "--data", scene, "--output-dir", tmp_path / "out",
-                          "--vis", "tensorboard", "--max-num-iterations", "10"],
-                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600,
-                         env=_env())
-    assert out.returncode == 1
+    out = run_command([BIN / "ns-train", "jax-gs", "--data", scene, "--output-dir", tmp_path / "out",
+                       "--vis", "tensorboard", "--max-num-iterations", "10"], expect_rc=1, timeout=600)
     assert "Traceback" not in out.stderr + out.stdout
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("jax-gs: error: missing image") and str(scene / meta["frames"][2]["file_path"]) in last

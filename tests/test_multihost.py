@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from browser import free_port
+from commands import command_env
 
 HERE = Path(__file__).resolve().parent
 
@@ -39,8 +40,7 @@ def test_two_processes_end_identical_and_match_two_devices(tmp_path):
     assert set(np.unique(a["global_views"]) % 2) == {0} and set(np.unique(b["global_views"]) % 2) == {1}
 
     # the same run in one process on two devices: same views, same parameters
-    if len(jax.local_devices()) < 2:
-        pytest.skip("needs 2 local devices for the single-process comparison")
+    assert len(jax.local_devices()) >= 2, "conftest forces 4 CPU devices"
     sys.path.insert(0, str(HERE))
     from multihost_worker import train_local
 
@@ -57,8 +57,7 @@ def test_multihost_script_on_the_fox(tmp_path):
     """scripts/train_multihost.py, two processes, 20 steps on the bundled fox: process 0 writes the PLY."""
     root = HERE.parent
     port = free_port()
-    env = dict({k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}, JAX_PLATFORMS="cpu",
-               JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2")
+    env = command_env(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2")
     cmd = [sys.executable, str(root / "scripts" / "train_multihost.py"), "--data", str(root / "data" / "fox"),
            "--out", str(tmp_path), "--steps", "20", "--steps-per-block", "10", "--init-points", "2000"]
     procs = [subprocess.Popen(cmd, env=dict(env, JAX_PROCESS_ID=str(i)), stdout=subprocess.PIPE,

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("nerfstudio")
 
-from commands import BIN, FOX  # noqa: E402
+from commands import BIN, FOX, run_command  # noqa: E402
 from commands import command_env as _env  # noqa: E402
 
 
@@ -59,11 +59,8 @@ def test_ns_train_lists_jax_gs_with_its_settings():
         assert flag in out.stdout, flag
 
 
-def _run(args, **kw):
-    env = _env()
-    out = subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env, timeout=1800, **kw)
-    assert out.returncode == 0, f"{args[0]} failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
-    return out
+def _run(args):
+    return run_command(args)
 
 
 def _canvas(png: bytes):
@@ -129,10 +126,8 @@ def viewer_shows_the_render(config, tmp_path, timeout=300):
 
 
 def _fails_in_one_line(args):
-    env = _env()
-    out = subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env, timeout=600,
-                         stdin=subprocess.DEVNULL)
-    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-3000:]
+    out = run_command(args, expect_rc=1, timeout=600)
+    assert "Traceback" not in out.stderr, out.stderr[-3000:]
     return out.stderr.strip().splitlines()[-1]
 
 
@@ -213,14 +208,11 @@ def test_train_export_view_resume_eval_on_the_bundled_scene(tmp_path):
 @pytest.mark.slow
 def test_ns_train_on_four_devices(tmp_path):
     """--pipeline.model.num-devices 4 on four forced CPU devices: trains, checkpoints, exports."""
-    env = _env(XLA_FLAGS="--xla_force_host_platform_device_count=4")
     args = [BIN / "ns-train", "jax-gs", "--data", FOX, "--max-num-iterations", "40", "--timestamp", "p",
             "--vis", "tensorboard", "--viewer.quit-on-train-completion", "True", "--output-dir", tmp_path,
             "--pipeline.model.num-devices", "4", "--pipeline.model.steps-per-block", "20",
             "--pipeline.model.num-random", "3000", "--pipeline.model.random-scale", "1.0"]
-    out = subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env, timeout=1800,
-                         stdin=subprocess.DEVNULL)
-    assert out.returncode == 0, out.stderr[-3000:]
+    out = run_command(args, XLA_FLAGS="--xla_force_host_platform_device_count=4")
     assert "data parallel: 4 device(s) x 1 view(s) per step" in out.stdout
     ckpt = tmp_path / "fox" / "jax-gs" / "p" / "nerfstudio_models" / "step-000000039.ckpt"
     state = torch.load(ckpt, weights_only=True)["pipeline"]
