@@ -16,11 +16,9 @@ def heldout_psnr(trainer, test):
 
 
 def main():
-    from jax_backend.gaussians import init_random
-    from jax_backend.strategy import DefaultStrategy, MCMCStrategy
-    from jax_backend.train import TrainConfig, Trainer, make_dataset
+    from jax_backend import TrainConfig, Trainer, init_random, make_dataset, make_strategy
 
-    from .datasets import load_transforms
+    from nerfstudio_jaxgs.captures import load_transforms
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "fox"))
@@ -39,7 +37,7 @@ def main():
     # (the capture has no point cloud; Gaussians right in front of the cameras only cost time)
     r = a.init_extent * d["scene_scale"] / 1.1
     lo, hi = [-r] * 3, [r] * 3
-    strategy = DefaultStrategy(budget=a.max_gaussians) if a.strategy == "default" else MCMCStrategy(cap_max=a.max_gaussians or 300_000)
+    strategy = make_strategy(a.strategy, budget=a.max_gaussians)
     cfg = TrainConfig(max_steps=max(a.steps), strategy=strategy, rasterizer=a.rasterizer, steps_per_block=a.steps_per_block)
     g = init_random(a.init_points, lo, hi, sh_degree=cfg.sh_degree)
     tr = Trainer(cfg, data, g, d["scene_scale"])

@@ -30,9 +30,7 @@ def build_trainer(n: int, rasterizer: str, steps_per_block: int, **trainer_kw):
     import numpy as np
 
     from jax_backend import rasterization
-    from jax_backend.gaussians import Gaussians, rgb_to_sh0
-    from jax_backend.strategy import DefaultStrategy
-    from jax_backend.train import TrainConfig, Trainer, make_dataset
+    from jax_backend import DefaultStrategy, Gaussians, TrainConfig, Trainer, make_dataset, rgb_to_sh0
 
     from .rasterizer import HEIGHT, WIDTH, realistic_scene
 

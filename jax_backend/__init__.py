@@ -1,4 +1,78 @@
-"""jax-gs backend: 3D Gaussian Splatting in pure JAX (no torch, no nerfstudio)."""
-from .rendering import rasterization
+"""jax-gs backend: 3D Gaussian Splatting in pure JAX (no torch, no nerfstudio).
 
-__all__ = ["rasterization"]
+Import everything a user needs from here:
+
+    from jax_backend import rasterization                      # render (gsplat's signature)
+    from jax_backend import Trainer, TrainConfig, make_dataset, make_strategy, init_from_points
+
+Packages: `rendering` (projection, SH, binning, the blend rule, the two rasterizers and the entry
+point), `training` (Gaussians, loss, optimizer, strategies, data, step, trainer), `files` (PLY,
+checkpoints, atomic and background writes).
+
+The names below are imported on first use, so importing `jax_backend` (as nerfstudio does for
+every ns-* command through the plugin) does not import JAX."""
+from __future__ import annotations
+
+import importlib
+
+# public name -> the module that defines it
+_EXPORTS = {
+    "CheckpointError": "files",
+    "PlyError": "files",
+    "read_checkpoint": "files",
+    "read_ply": "files",
+    "save_checkpoint": "files",
+    "write_ply": "files",
+    "RASTERIZERS": "rendering",
+    "RENDER_MODES": "rendering",
+    "rasterization": "rendering",
+    "Dataset": "training.data",
+    "ViewPlan": "training.data",
+    "make_dataset": "training.data",
+    "scene_extent": "training.data",
+    "PARAM_NAMES": "training.gaussians",
+    "Gaussians": "training.gaussians",
+    "activated": "training.gaussians",
+    "alive_first": "training.gaussians",
+    "init_from_points": "training.gaussians",
+    "init_random": "training.gaussians",
+    "render_gaussians": "training.gaussians",
+    "rgb_to_sh0": "training.gaussians",
+    "photometric_loss": "training.loss",
+    "psnr": "training.loss",
+    "ssim": "training.loss",
+    "OptimConfig": "training.optim",
+    "crossed": "training.schedule",
+    "sh_degree_at": "training.schedule",
+    "Snapshots": "training.snapshots",
+    "TrainState": "training.state",
+    "from_named_arrays": "training.state",
+    "gaussians_arrays": "training.state",
+    "gaussians_from_arrays": "training.state",
+    "named_arrays": "training.state",
+    "BACKGROUNDS": "training.step",
+    "TrainConfig": "training.step",
+    "STRATEGIES": "training.strategy",
+    "DefaultStrategy": "training.strategy",
+    "MCMCStrategy": "training.strategy",
+    "RefineInfo": "training.strategy",
+    "Strategy": "training.strategy",
+    "make_strategy": "training.strategy",
+    "Trainer": "training.trainer",
+    "initialize_from_env": "training.distributed",
+    "host_views": "training.distributed",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'jax_backend' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,7 +1,7 @@
 """Zero-copy tensors between JAX and torch through DLPack (CPU, or the same GPU).
 
 Never write in place into a torch tensor that aliases a JAX buffer: JAX assumes its arrays are
-immutable. Use `to_jax` on a fresh tensor instead."""
+immutable."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,13 +15,6 @@ def to_torch(x) -> torch.Tensor:
     if x.dtype == np.bool_ or x.dtype == np.uint32:
         return torch.from_numpy(np.asarray(jax.device_get(x)).astype(np.int64 if x.dtype == np.uint32 else bool))
     return torch.from_dlpack(x)
-
-
-def to_jax(t: torch.Tensor):
-    """A JAX view of a contiguous torch tensor (no copy)."""
-    import jax.dlpack
-
-    return jax.dlpack.from_dlpack(t.detach().contiguous())
 
 
 def cameras_to_opencv(cameras):

@@ -14,7 +14,7 @@ from nerfstudio.models.splatfacto import SplatfactoModel, SplatfactoModelConfig
 from .bridge import cameras_to_opencv, to_torch
 from .errors import InputError
 
-PREFIX = "jaxgs"
+PREFIX = "jaxgs"  # state-dict keys: "jaxgs.train<name>" (whole training state) or "jaxgs.gaussians<name>"
 
 
 @dataclass
@@ -31,6 +31,10 @@ class JaxGSModelConfig(SplatfactoModelConfig):
     """Density control: 3DGS/gsplat default (clone/split/prune) or 3DGS-MCMC (fixed budget)."""
     max_gaussians: int = 0
     """Gaussian budget: caps growth (default strategy; 0 = no cap) or the MCMC budget (0 = 1,000,000)."""
+    snapshot_every: int = 0
+    """Every this many steps, write the Gaussians as a PLY and a preview render of the first
+    evaluation view under the run's folder (snapshots/), from a background thread while the next
+    block trains (0: never)."""
     background_color: Literal["random", "black", "white"] = "black"
     """Background behind the Gaussians during training ("random" only makes sense with RGBA images)."""
     refine_every: int = 100
@@ -59,7 +63,7 @@ class JaxGSModel(SplatfactoModel):
     def populate_modules(self):  # no super(): splatfacto's calls .cuda() and gsplat
         from torchmetrics.image import PeakSignalNoiseRatio, StructuralSimilarityIndexMeasure
 
-        from jax_backend.gaussians import init_from_points, init_random
+        from jax_backend import init_from_points, init_random
 
         seed_points = getattr(self, "seed_points", None)  # SplatfactoModel.__init__ keeps them there
         if seed_points is not None and not self.config.random_init and len(seed_points[0]) > 0:
@@ -69,7 +73,7 @@ class JaxGSModel(SplatfactoModel):
             s = self.config.random_scale / 2
             self.gaussians = init_random(self.config.num_random, [-s] * 3, [s] * 3, sh_degree=self.config.sh_degree,
                                          seed=self.config.seed)
-        self.engine = None  # jax_backend.train.Trainer, attached by the pipeline for training
+        self.engine = None  # jax_backend.Trainer, attached by the pipeline for training
         self._pending_state = None  # checkpoint arrays waiting for the engine
         self._trained_steps = 0
         self._view_cache = None
@@ -93,33 +97,36 @@ class JaxGSModel(SplatfactoModel):
             print(f"[jax-gs] LPIPS skipped: its pretrained weights are not available ({type(e).__name__})")
             return None
 
-    def attach_engine(self, dataset, scene_scale: float, max_steps: int):
-        from jax_backend.strategy import DefaultStrategy, MCMCStrategy
-        from jax_backend.train import TrainConfig, Trainer
-
+    def strategy_settings(self) -> dict:
+        """The settings of the configured strategy, as `jax_backend.make_strategy` takes them."""
         c = self.config
         if c.strategy == "default":
-            strategy = DefaultStrategy(grow_grad2d=c.grow_grad2d, refine_start=c.refine_start, refine_stop=c.refine_stop,
-                                       refine_every=c.refine_every, reset_every=c.reset_every, absgrad=c.absgrad,
-                                       budget=c.max_gaussians)
-        else:
-            strategy = MCMCStrategy(cap_max=c.max_gaussians or 1_000_000, refine_start=c.refine_start,
-                                    refine_every=c.refine_every)
-        cfg = TrainConfig(max_steps=max_steps, steps_per_block=c.steps_per_block, rasterizer=c.rasterizer,
-                          sh_degree=c.sh_degree, sh_degree_interval=c.sh_degree_interval,
-                          background=c.background_color, strategy=strategy, seed=c.seed)
-        gaussians = self.gaussians  # capacity grows on the host as density control needs it
+            return dict(grow_grad2d=c.grow_grad2d, refine_start=c.refine_start, refine_stop=c.refine_stop,
+                        refine_every=c.refine_every, reset_every=c.reset_every, absgrad=c.absgrad,
+                        budget=c.max_gaussians)
+        return dict(budget=c.max_gaussians, refine_start=c.refine_start, refine_every=c.refine_every)
+
+    def attach_engine(self, dataset, scene_scale: float, max_steps: int):
+        """Build the JAX trainer on the on-device dataset (and restore a pending checkpoint)."""
         import jax
 
+        from jax_backend import TrainConfig, Trainer, make_strategy
+
+        c = self.config
+        cfg = TrainConfig(max_steps=max_steps, steps_per_block=c.steps_per_block, rasterizer=c.rasterizer,
+                          sh_degree=c.sh_degree, sh_degree_interval=c.sh_degree_interval, ssim_lambda=c.ssim_lambda,
+                          background=c.background_color, strategy=make_strategy(c.strategy, **self.strategy_settings()),
+                          seed=c.seed)
         num_devices = c.num_devices or len(jax.local_devices())
         if num_devices > len(jax.local_devices()):
             raise InputError(f"num-devices {num_devices}: this host has {len(jax.local_devices())} JAX device(s)")
-        self.engine = Trainer(cfg, dataset, gaussians, scene_scale, log=print, num_devices=num_devices,
+        # the capacity grows on the host as density control needs it
+        self.engine = Trainer(cfg, dataset, self.gaussians, scene_scale, log=print, num_devices=num_devices,
                               views_per_device=c.views_per_device)
         if self.engine.views_per_step > 1:
             print(f"[jax-gs] data parallel: {num_devices} device(s) x {c.views_per_device} view(s) per step")
         if self._pending_state is not None:
-            self._restore_engine(self._pending_state)
+            self.engine.load_state_arrays(self._pending_state, "checkpoint")
             self._pending_state = None
         self._sync_from_engine()
 
@@ -132,12 +139,9 @@ class JaxGSModel(SplatfactoModel):
     # ------------------------------------------------------------------ torch views (DLPack)
     def _views(self):
         if self._view_cache is None:
-            import jax.numpy as jnp
+            from jax_backend import alive_first
 
-            g = self.gaussians
-            order = jnp.argsort(~g.alive, stable=True)  # alive slots first
-            n = int(jnp.sum(g.alive))
-            compact = {k: v[order] for k, v in g.params.items()}
+            compact, n = alive_first(self.gaussians)
             self._view_cache = {k: to_torch(v)[:n] for k, v in compact.items()}
             self._view_cache["_jax"] = compact  # keeps the buffers the views alias alive
         return self._view_cache
@@ -184,14 +188,13 @@ class JaxGSModel(SplatfactoModel):
         self.step = step
 
     def _sh_degree_now(self) -> int:
-        return int(min(self._trained_steps // self.config.sh_degree_interval, self.config.sh_degree))
+        from jax_backend import sh_degree_at
+
+        return sh_degree_at(self._trained_steps, self.config.sh_degree_interval, self.config.sh_degree)
 
     def render(self, camera, background=None) -> Dict[str, torch.Tensor]:
         """Render one nerfstudio camera: rgb [H,W,3], depth [H,W,1] (expected depth), accumulation [H,W,1]."""
-        import jax.numpy as jnp
-
-        from jax_backend import rasterization
-        from jax_backend.gaussians import activated
+        from jax_backend import render_gaussians
 
         vm, K, w, h = cameras_to_opencv(camera)
         w, h = int(w[0]), int(h[0])
@@ -199,21 +202,20 @@ class JaxGSModel(SplatfactoModel):
         W, H = -(-w // b) * b, -(-h // b) * b  # bucketed: extra pixels right and bottom, cropped below
         if background is None:
             background = self.background_color
-        bg = jnp.asarray(np.asarray(background, np.float32).reshape(1, 3))
-        g = self.gaussians
-        means, quats, scales, opac, sh = activated(g.params, g.alive)
+        bg = np.asarray(background, np.float32).reshape(3)
+        keep = None
         if self.crop_box is not None:
-            inside = self.crop_box.within(torch.from_numpy(np.asarray(means))).numpy()
-            opac = opac * jnp.asarray(inside)
-        colors, alpha, _ = rasterization(means, quats, scales, opac, sh, vm[:1], K[:1], W, H,
-                                         sh_degree=self._sh_degree_now(), backgrounds=bg, render_mode="RGB+ED",
-                                         rasterizer=self.config.rasterizer)
-        colors, alpha = np.asarray(colors[0, :h, :w]), np.asarray(alpha[0, :h, :w])
+            means = torch.from_numpy(np.asarray(self.gaussians.params["means"]))
+            keep = self.crop_box.within(means).numpy()
+        colors, alpha = render_gaussians(self.gaussians, vm[0], K[0], W, H, sh_degree=self._sh_degree_now(),
+                                         background=bg, render_mode="RGB+ED", rasterizer=self.config.rasterizer,
+                                         keep=keep)
+        colors, alpha = np.asarray(colors[:h, :w]), np.asarray(alpha[:h, :w])
         return {
             "rgb": torch.from_numpy(np.clip(colors[..., :3], 0.0, 1.0).copy()),
             "depth": torch.from_numpy(colors[..., 3:4].copy()),
             "accumulation": torch.from_numpy(alpha.copy()),
-            "background": torch.from_numpy(np.array(bg[0])),
+            "background": torch.from_numpy(bg.copy()),
         }
 
     def get_outputs(self, camera) -> Dict[str, torch.Tensor]:
@@ -237,11 +239,13 @@ class JaxGSModel(SplatfactoModel):
         return {"psnr": self.psnr(outputs["rgb"], gt), "gaussian_count": self.num_points}
 
     def get_loss_dict(self, outputs, batch, metrics_dict=None) -> Dict[str, torch.Tensor]:
+        """The training loss of this render, computed by the backend (`jax_backend.photometric_loss`)."""
+        from jax_backend import photometric_loss
+
         gt = self.composite_with_background(self.get_gt_img(batch["image"]), outputs["background"])
-        pred = outputs["rgb"]
-        l1 = torch.abs(gt - pred).mean()
-        ssim = self.ssim(gt.permute(2, 0, 1)[None], pred.permute(2, 0, 1)[None])
-        return {"main_loss": 0.8 * l1 + 0.2 * (1 - ssim)}
+        loss = photometric_loss(outputs["rgb"].detach().cpu().numpy(), gt.detach().cpu().numpy(),
+                                ssim_lambda=self.config.ssim_lambda)
+        return {"main_loss": torch.tensor(float(loss))}
 
     @torch.no_grad()
     def get_image_metrics_and_images(self, outputs, batch):
@@ -255,51 +259,35 @@ class JaxGSModel(SplatfactoModel):
 
     # ------------------------------------------------------------------ checkpoints (torch tensors only)
     def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False):
-        import jax
+        from jax_backend import gaussians_arrays
 
         out = {} if destination is None else destination
-        tree = self.engine.state if self.engine is not None else {"gaussians": self.gaussians}
-        kind = "train" if self.engine is not None else "gaussians"
-        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-            out[f"{prefix}{PREFIX}.{kind}{jax.tree_util.keystr(path)}"] = to_torch(leaf).clone()
+        if self.engine is not None:
+            kind, arrays = "train", self.engine.state_arrays()
+        else:
+            kind, arrays = "gaussians", gaussians_arrays(self.gaussians)
+        for name, a in arrays.items():
+            out[f"{prefix}{PREFIX}.{kind}{name}"] = to_torch(a).clone()
         out[f"{prefix}{PREFIX}.trained_steps"] = torch.tensor(self._trained_steps if self.engine is None else self.engine.step)
         return out
 
     def load_state_dict(self, state_dict, strict: bool = True, **kwargs):  # type: ignore[override]
-        arrays = {k[len(PREFIX) + 1:]: v.detach().cpu().numpy() for k, v in state_dict.items() if k.startswith(PREFIX + ".")}
-        if not arrays:
+        from jax_backend import gaussians_from_arrays
+
+        tensors = {k[len(PREFIX) + 1:]: v for k, v in state_dict.items() if k.startswith(PREFIX + ".")}
+        if not tensors:
             raise InputError("checkpoint has no jax-gs state (was it written by another method?)")
-        self._trained_steps = int(arrays.pop("trained_steps", 0))
-        if "train.step" in arrays or any(k.startswith("train.") for k in arrays):
-            train = {k[len("train"):]: v for k, v in arrays.items() if k.startswith("train.")}
+        trained = tensors.pop("trained_steps", None)
+        self._trained_steps = int(trained) if trained is not None else 0
+        for kind in ("train", "gaussians"):
+            arrays = {k[len(kind):]: v.detach().cpu().numpy() for k, v in tensors.items() if k.startswith(kind)}
+            if arrays:
+                break
+        self.gaussians = gaussians_from_arrays(arrays, "checkpoint")
+        if kind == "train":
             if self.engine is not None:
-                self._restore_engine(train)
+                self.engine.load_state_arrays(arrays, "checkpoint")
+                self._sync_from_engine()
             else:
-                self._pending_state = train
-            self.gaussians = _gaussians_from(train, ".gaussians")
-        else:
-            self.gaussians = _gaussians_from({k[len("gaussians"):]: v for k, v in arrays.items()}, "['gaussians']")
+                self._pending_state = arrays
         self._view_cache = None
-
-    def _restore_engine(self, train_arrays: dict):
-        from jax_backend.checkpoint import restore_into
-
-        capacity = train_arrays[".gaussians.alive"].shape[0]
-        self.engine.grow_capacity(capacity)
-        fixed = {k: (v.astype(np.uint32) if k == ".key" else v) for k, v in train_arrays.items()}
-        self.engine.state = restore_into(self.engine.state, fixed, "checkpoint")
-        self._sync_from_engine()
-
-
-def _gaussians_from(arrays: dict, root: str):
-    import jax.numpy as jnp
-
-    from jax_backend.gaussians import PARAM_NAMES, Gaussians
-
-    params = {}
-    for name in PARAM_NAMES:
-        key = f"{root}.params['{name}']"
-        if key not in arrays:
-            raise InputError(f"checkpoint is missing {key}")
-        params[name] = jnp.asarray(arrays[key])
-    return Gaussians(params, jnp.asarray(arrays[f"{root}.alive"]).astype(bool))

@@ -32,7 +32,7 @@ class JaxGSPipeline(VanillaPipeline):
         model = self.model
         if model.engine is not None:
             return model.engine
-        from jax_backend.train import make_dataset
+        from jax_backend import make_dataset, scene_extent
 
         dm = self.datamanager
         with user_errors("reading the training images"):
@@ -45,10 +45,21 @@ class JaxGSPipeline(VanillaPipeline):
             masks = [np.asarray(d["mask"].cpu().numpy())[..., 0].astype(bool) for d in cached]
         viewmats, Ks, _, _ = cameras_to_opencv(dm.train_dataset.cameras)
         data = make_dataset(images, viewmats, Ks, masks)
-        positions = np.linalg.inv(viewmats)[:, :3, 3]
-        scene_scale = 1.1 * float(np.max(np.linalg.norm(positions - positions.mean(0), axis=1)))  # 3DGS extent
-        model.attach_engine(data, max(scene_scale, 1e-3), max_steps)
+        model.attach_engine(data, max(scene_extent(viewmats), 1e-3), max_steps)
         return model.engine
+
+    def make_snapshots(self, out_dir):
+        """`jax_backend.Snapshots` as the model's `snapshot_every` asks (None when 0), previewing
+        the first evaluation view (the first training view when there is none)."""
+        every = self.model.config.snapshot_every
+        if every <= 0:
+            return None
+        from jax_backend import Snapshots
+
+        dataset = self.datamanager.eval_dataset or self.datamanager.train_dataset
+        viewmats, Ks, widths, heights = cameras_to_opencv(dataset.cameras[0:1])
+        return Snapshots(out_dir, every, (viewmats[0], Ks[0], int(widths[0]), int(heights[0])),
+                         background=self.model.background_color.numpy())
 
     def train_block(self, num_steps: int, max_steps: int, publish_lock=None) -> Dict[str, float]:
         """Run one compiled block. The model keeps serving the previous Gaussians (immutable JAX

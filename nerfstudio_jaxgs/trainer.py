@@ -14,10 +14,7 @@ from nerfstudio.utils import writer
 from nerfstudio.utils.decorators import check_main_thread
 from nerfstudio.utils.writer import EventName
 
-
-def crossed(before: int, after: int, every: int) -> bool:
-    """A multiple of `every` lies in (before, after]."""
-    return every > 0 and after // every > before // every
+from jax_backend.training.schedule import crossed  # light: no JAX import at config time
 
 
 @dataclass
@@ -39,6 +36,15 @@ class JaxGSTrainer(Trainer):
         self.stop_training = False
         with self.train_lock:
             self.pipeline.ensure_engine(self.config.max_num_iterations)
+        snapshots = self.pipeline.make_snapshots(self.base_dir / "snapshots")
+        try:
+            self._train_blocks(done, end, block, snapshots)
+        finally:
+            if snapshots is not None:
+                snapshots.close()  # waits for the last writes; raises if one failed
+        self._after_train()
+
+    def _train_blocks(self, done: int, end: int, block: int, snapshots) -> None:
         while done < end and not self.stop_training:
             while self.training_state == "paused" and not self.stop_training:
                 time.sleep(0.01)
@@ -55,6 +61,8 @@ class JaxGSTrainer(Trainer):
                             duration=self.pipeline.datamanager.get_train_rays_per_batch()
                             * self.pipeline.model.engine.views_per_step / max(dt / n, 1e-6),
                             step=step, avg_over_steps=True)
+            if snapshots is not None:
+                snapshots(self.pipeline.model.engine)  # written by a background thread
             self._update_viewer_state(step)
             if crossed(before - 1, step, self.config.logging.steps_per_log) or before == 0:
                 writer.put_scalar(name="Train Loss", scalar=stats["loss"], step=step)
@@ -65,7 +73,6 @@ class JaxGSTrainer(Trainer):
             if crossed(max(before - 1, 0), step, self.config.steps_per_save):
                 self.save_checkpoint(step)
             writer.write_out_storage()
-        self._after_train()
 
     @check_main_thread
     def save_checkpoint(self, step: int) -> None:

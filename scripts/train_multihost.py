@@ -29,29 +29,25 @@ def main():
     ap.add_argument("--steps-per-block", type=int, default=100)
     ap.add_argument("--views-per-device", type=int, default=1)
     ap.add_argument("--strategy", choices=["default", "mcmc"], default="mcmc")
-    ap.add_argument("--max-gaussians", type=int, default=300_000)
+    ap.add_argument("--max-gaussians", type=int, default=0, help="Gaussian budget (0: the strategy's default)")
     ap.add_argument("--init-points", type=int, default=20_000)
     a = ap.parse_args()
 
-    from jax_backend.distributed import host_views, initialize_from_env
+    from jax_backend import host_views, initialize_from_env
 
     initialize_from_env()
     import jax
 
-    from benchmarks.datasets import load_transforms
-    from jax_backend.gaussians import init_random
-    from jax_backend.ply import write_ply
-    from jax_backend.strategy import DefaultStrategy, MCMCStrategy
-    from jax_backend.train import TrainConfig, Trainer, make_dataset
+    from jax_backend import TrainConfig, Trainer, init_random, make_dataset, make_strategy, write_ply
+    from nerfstudio_jaxgs.captures import load_transforms
 
     main_process = jax.process_index() == 0
     d = load_transforms(a.data)
     images, viewmats, Ks = d["train"]
     mine = host_views(len(images))
     data = make_dataset([images[i] for i in mine], viewmats[mine], Ks[mine])
-    strategy = (MCMCStrategy(cap_max=a.max_gaussians) if a.strategy == "mcmc"
-                else DefaultStrategy(budget=a.max_gaussians))
-    cfg = TrainConfig(max_steps=a.steps, steps_per_block=a.steps_per_block, strategy=strategy)
+    cfg = TrainConfig(max_steps=a.steps, steps_per_block=a.steps_per_block,
+                      strategy=make_strategy(a.strategy, budget=a.max_gaussians))
     r = 0.5 * d["scene_scale"] / 1.1
     g = init_random(a.init_points, [-r] * 3, [r] * 3, sh_degree=cfg.sh_degree)  # same seed on every host
     tr = Trainer(cfg, data, g, d["scene_scale"], num_devices=len(jax.local_devices()),

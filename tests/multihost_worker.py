@@ -12,15 +12,12 @@ def train_local(num_devices=1, views=None):
     parameters and the global view index of every lane at every step."""
     import numpy as np
 
-    from jax_backend.gaussians import init_random
-    from jax_backend.optim import OptimConfig
-    from jax_backend.strategy import DefaultStrategy
-    from jax_backend.train import Dataset, TrainConfig, Trainer
+    from jax_backend import Dataset, DefaultStrategy, OptimConfig, TrainConfig, Trainer, init_random
     from synthetic import known_scene
 
     _, train, _ = known_scene(views=16)
     if views == "host":
-        from jax_backend.distributed import host_views
+        from jax_backend import host_views
 
         views = host_views(train.num_views)
     mine = np.arange(train.num_views) if views is None else views
@@ -40,7 +37,7 @@ def train_local(num_devices=1, views=None):
 
 
 def main(out_path):
-    from jax_backend.distributed import initialize_from_env
+    from jax_backend import initialize_from_env
 
     initialize_from_env()
     import jax

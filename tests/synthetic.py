@@ -2,7 +2,7 @@
 import numpy as np
 
 from jax_backend import rasterization
-from jax_backend.train import make_dataset
+from jax_backend import make_dataset
 from scenes import cameras
 
 

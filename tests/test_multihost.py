@@ -65,7 +65,7 @@ def test_multihost_script_on_the_fox(tmp_path):
     outs = [p.communicate(timeout=900)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), "\n".join(o[-3000:] for o in outs)
     assert "2 process(es), 2 device(s), 2 views per step" in outs[0]
-    from jax_backend.ply import read_ply
+    from jax_backend import read_ply
 
     params = read_ply(tmp_path / "splat.ply")
     assert params["means"].shape[0] > 1000

@@ -4,10 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from jax_backend.gaussians import init_random
-from jax_backend.optim import OptimConfig
-from jax_backend.strategy import DefaultStrategy, MCMCStrategy
-from jax_backend.train import TrainConfig, Trainer, ViewPlan
+from jax_backend import DefaultStrategy, MCMCStrategy, OptimConfig, TrainConfig, Trainer, ViewPlan, init_random
 from synthetic import known_scene
 
 pytestmark = pytest.mark.skipif(len(jax.local_devices()) < 4, reason="needs 4 devices (conftest forces 4 CPU ones)")
@@ -75,7 +72,7 @@ def test_four_devices_equal_one_device_with_a_batch_of_four(scene):
 
 def test_mcmc_replicas_stay_identical(scene):
     _, train, _ = scene
-    par, one, mp, mo, ip, io = _pair(train, MCMCStrategy(cap_max=600, refine_start=0, refine_every=10))
+    par, one, mp, mo, ip, io = _pair(train, MCMCStrategy(budget=600, refine_start=0, refine_every=10))
     assert sum(i.n_added for i in ip) > 0
     _replicas_identical(par)
     np.testing.assert_array_equal(np.asarray(par.state.gaussians.alive), np.asarray(one.state.gaussians.alive))

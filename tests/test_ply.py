@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from jax_backend.ply import PlyError, property_names, read_ply, write_ply
+from jax_backend.files.ply import PlyError, property_names, read_ply, write_ply
 
 
 def _params(n=20, k=16, seed=0):

@@ -18,10 +18,12 @@ SH_C3 = (
 
 
 def num_sh_bases(degree: int) -> int:
+    """SH coefficients per colour channel up to `degree`: (degree + 1)^2."""
     return (degree + 1) ** 2
 
 
 def sh_degree_of(num_bases: int) -> int:
+    """The degree whose bases number `num_bases` (1, 4, 9 or 16); ValueError otherwise."""
     degree = int(round(num_bases**0.5)) - 1
     if num_bases not in (1, 4, 9, 16) or num_sh_bases(degree) != num_bases:
         raise ValueError(f"SH coefficients must have 1, 4, 9 or 16 bases per channel, got {num_bases}")

@@ -1,6 +1,7 @@
-"""A small loader for nerfstudio-format captures (transforms.json), used by the benchmarks and
-tests before the plugin's nerfstudio data path exists: undistorts with OpenCV, converts the
-OpenGL camera-to-world poses to OpenCV world-to-camera, centres the scene on the cameras."""
+"""A small loader for nerfstudio-format captures (transforms.json) without nerfstudio, for the
+benchmarks and the multi-host script: undistorts with OpenCV, converts the OpenGL camera-to-world
+poses to OpenCV world-to-camera, centres the scene on the cameras. (`ns-train` reads captures
+through nerfstudio's own dataparsers instead.)"""
 from __future__ import annotations
 
 import json
@@ -44,10 +45,12 @@ def load_transforms(root, holdout_every: int = 8, downscale: int = 1):
     Ks = np.stack(Ks)
     test = np.arange(len(images)) % holdout_every == 0
     pick = lambda m: ([im for im, t in zip(images, m) if t], viewmats[m], Ks[m])
+    from jax_backend import scene_extent
+
     pos = c2w[:, :3, 3]
     return {
         "train": pick(~test),
         "test": pick(test),
-        "scene_scale": 1.1 * float(np.max(np.linalg.norm(pos, axis=1))),  # 3DGS "cameras extent"
+        "scene_scale": scene_extent(viewmats),
         "bbox": (pos.min(0), pos.max(0)),
     }

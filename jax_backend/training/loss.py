@@ -11,6 +11,7 @@ SSIM_C2 = 0.03**2
 
 
 def gaussian_window(size: int = 11, sigma: float = 1.5) -> np.ndarray:
+    """[size] normalised 1D Gaussian window (SSIM's blur, applied along x then y)."""
     x = np.arange(size) - size // 2
     w = np.exp(-(x**2) / (2 * sigma**2))
     return (w / w.sum()).astype(np.float32)
@@ -51,6 +52,7 @@ def masked_mean(x, mask=None):
 
 
 def ssim(a, b, mask=None, **kw):
+    """Mean SSIM of [H, W, C] images over the pixels in `mask` [H, W] (all when None)."""
     return masked_mean(ssim_map(a, b, **kw), mask)
 
 
@@ -61,5 +63,6 @@ def photometric_loss(render, target, mask=None, ssim_lambda: float = 0.2):
 
 
 def psnr(render, target, mask=None):
+    """PSNR in dB of [H, W, C] images in [0, 1] over the pixels in `mask` [H, W] (all when None)."""
     mse = masked_mean((render - target) ** 2, mask)
     return -10.0 * jnp.log10(jnp.maximum(mse, 1e-10))

@@ -12,25 +12,30 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .compositing import BackState, BlendState, CompositeConfig, blend_backward, blend_forward, initial_state, split_rows, sum_pixels, tile_pixel_centres
+from .blend import (BackState, BlendState, PixelCotangents, Splat, blend_backward, blend_forward, gradient_rows,
+                    initial_state, split_rows, sum_pixels)
+from .tiles import Pixels, TileLists, tile_pixels
 
 # per-pixel state and images carry the pixel axis last (features channel first: [ch, P])
-_pixel_blend = jax.vmap(blend_forward, in_axes=(-1, -1, -1, None, None, None, None), out_axes=-1)
-_pixel_back = jax.vmap(blend_backward, in_axes=(-1, -1, -1, None, None, None, None, -1, -1, -1, -1), out_axes=-1)
-# a group of tiles: tile axis second to last ([G, P], [ch, G, P]); per-tile Gaussian [6, G]
-_tile_back = jax.vmap(_pixel_back, in_axes=(-2, -2, -2, -1, -1, None, 0, -2, -2, -2, -2), out_axes=-2)
+_pixel_blend = jax.vmap(blend_forward, in_axes=(-1, -1, None), out_axes=-1)
+_pixel_back = jax.vmap(blend_backward, in_axes=(-1, -1, None, -1), out_axes=-1)
+# a group of tiles: tile axis second to last ([G, P], [ch, G, P]); per-tile Gaussian geom [GEOM, G]
+_tile_back = jax.vmap(_pixel_back, in_axes=(-2, -2, Splat(-1, -1, None, 0), -2), out_axes=-2)
 
 
-def _group_size(cfg: CompositeConfig, num_tiles: int) -> int:
+def _group_size(cfg, num_tiles: int) -> int:
     return num_tiles if cfg.tile_batch <= 0 else min(cfg.tile_batch, num_tiles)
 
 
-def standard_forward(cfg: CompositeConfig, geom, feats, ids, start, end) -> BlendState:
-    px, py, inside = tile_pixel_centres(cfg)
+def standard_forward(cfg, geom, feats, lists: TileLists) -> BlendState:
+    """Front-to-back blend, one tile's list per vmapped lane. Arguments and result as
+    `rasterize_flat.flat_forward` (cfg.tile_batch: tiles vmapped together)."""
+    px, inside = tile_pixels(cfg.grid)
     ch = feats.shape[0]
+    ids = lists.ids
 
     def tile(args):
-        tpx, tpy, tin, s, e = args
+        tpx, tin, s, e = args
 
         def cond(carry):
             p, st = carry
@@ -39,18 +44,21 @@ def standard_forward(cfg: CompositeConfig, geom, feats, ids, start, end) -> Blen
         def body(carry):
             p, st = carry
             gid = ids[s + p]
-            return p + 1, _pixel_blend(st, tpx, tpy, geom[:, gid], feats[:, gid], p, True)
+            return p + 1, _pixel_blend(st, tpx, Splat(geom[:, gid], feats[:, gid], p, True))
 
         return jax.lax.while_loop(cond, body, (jnp.int32(0), initial_state(tin, ch)))[1]
 
-    st = jax.lax.map(tile, (px, py, inside, start, end), batch_size=_group_size(cfg, start.shape[0]))
+    st = jax.lax.map(tile, (px, inside, lists.start, lists.end), batch_size=_group_size(cfg, lists.start.shape[0]))
     return st._replace(color=jnp.moveaxis(st.color, 1, 0))  # [T, ch, P] -> [ch, T, P]
 
 
-def standard_backward(cfg: CompositeConfig, geom, feats, ids, start, end, last, T_final, behind0, dC, dA):
-    px, py, _ = tile_pixel_centres(cfg)
+def standard_backward(cfg, geom, feats, lists: TileLists, cot: PixelCotangents, behind0):
+    """Back-to-front walk, a group of tiles at a time. Arguments and result as
+    `rasterize_flat.flat_backward`."""
+    px, _ = tile_pixels(cfg.grid)
     ch, n = feats.shape
-    num_tiles = start.shape[0]
+    ids = lists.ids
+    num_tiles = lists.start.shape[0]
     G = _group_size(cfg, num_tiles)
     pad = (-num_tiles) % G
 
@@ -60,10 +68,12 @@ def standard_backward(cfg: CompositeConfig, geom, feats, ids, start, end, last, 
         x = x.reshape((-1, G) + x.shape[1:])
         return jnp.moveaxis(x, 1, axis + 1)
 
-    groups = tuple(grouped(x) for x in (px, py, start, end, last, T_final, dA)) + (grouped(behind0, 1), grouped(dC, 1))
+    groups = (grouped(px.x), grouped(px.y), grouped(lists.start), grouped(lists.end),
+              PixelCotangents(grouped(cot.last), grouped(cot.T_final), grouped(cot.dC, 1), grouped(cot.dA)),
+              grouped(behind0, 1))
 
     def group(acc, args):
-        tpx, tpy, s, e, lst, Tf, da, b0, dc = args
+        x, y, s, e, gcot, b0 = args
         length = e - s
 
         def body(carry):
@@ -73,12 +83,12 @@ def standard_backward(cfg: CompositeConfig, geom, feats, ids, start, end, last, 
             gid = jnp.where(in_range, ids[jnp.clip(s + p, 0, ids.shape[0] - 1)], n)
             g = geom.at[:, gid].get(mode="fill", fill_value=0.0)
             f = feats.at[:, gid].get(mode="fill", fill_value=0.0)
-            st, grads = _tile_back(st, tpx, tpy, g, f, p, in_range, lst, Tf, dc, da)
+            st, grads = _tile_back(st, Pixels(x, y), Splat(g, f, p, in_range), gcot)
             acc = acc.at[gid].add(jnp.concatenate(sum_pixels(grads), -1), mode="drop")  # one scatter, as flat
             return p, st, acc
 
-        init = (jnp.max(lst), BackState(T=Tf, behind=b0), acc)
+        init = (jnp.max(gcot.last), BackState(T=gcot.T_final, behind=b0), acc)
         return jax.lax.while_loop(lambda c: c[0] > 0, body, init)[2], None
 
-    acc, _ = jax.lax.scan(group, jnp.zeros((n, geom.shape[0] + ch + 2), jnp.float32), groups)
+    acc, _ = jax.lax.scan(group, gradient_rows(n, ch), groups)
     return split_rows(acc, ch)

@@ -15,7 +15,7 @@ LOW_OPACITY_LOGIT = math.log((1 / 255) / (1 - 1 / 255))  # -5.5373
 
 
 class PlyError(ValueError):
-    pass
+    """A file that is not a readable 3DGS PLY; the message names the file and what is wrong."""
 
 
 def property_names(num_rest_coeffs: int) -> list:
@@ -40,6 +40,7 @@ def to_rows(params: dict, alive=None) -> np.ndarray:
 
 
 def ply_bytes(rows: np.ndarray, num_rest_coeffs: int, comment: str = "jax-gs") -> bytes:
+    """The PLY file contents for [M, P] rows of `to_rows` (P = len(property_names(num_rest_coeffs)))."""
     names = property_names(num_rest_coeffs)
     if rows.ndim != 2 or rows.shape[1] != len(names):
         raise ValueError(f"expected [M, {len(names)}] rows, got {rows.shape}")

@@ -13,26 +13,23 @@ import jax.numpy as jnp
 
 from .projection import Projected
 
+MIN_CAPACITY = 1 << 14  # smallest intersection buffer
 
-class TileGrid(NamedTuple):
-    width: int
-    height: int
-    tile_size: int
 
-    @property
-    def tiles_x(self) -> int:
-        return -(-self.width // self.tile_size)
+def next_pow2(n: int) -> int:
+    """Smallest power of two >= n (1 for n <= 1)."""
+    return 1 << max(int(n) - 1, 0).bit_length()
 
-    @property
-    def tiles_y(self) -> int:
-        return -(-self.height // self.tile_size)
 
-    @property
-    def num_tiles(self) -> int:
-        return self.tiles_x * self.tiles_y
+def next_capacity(needed: int) -> int:
+    """Power-of-two intersection buffer holding `needed` (few distinct shapes, rare recompiles)."""
+    return max(MIN_CAPACITY, next_pow2(needed))
+from .tiles import TileGrid, TileLists
 
 
 class Bins(NamedTuple):
+    """The binning of one camera (see `bin_gaussians`)."""
+
     gaussian_ids: jnp.ndarray  # [M] Gaussian of each sorted intersection (tile-major, front to back)
     tile_start: jnp.ndarray  # [T] first slot of each tile
     tile_end: jnp.ndarray  # [T] one past the last slot of each tile
@@ -40,9 +37,17 @@ class Bins(NamedTuple):
     num_intersections: jnp.ndarray  # [] total needed (may exceed capacity)
     overflow: jnp.ndarray  # [] bool: capacity too small, some intersections were left out
 
+    @property
+    def lists(self) -> TileLists:
+        """What the rasterizers read: the sorted ids and every tile's range."""
+        return TileLists(self.gaussian_ids, self.tile_start, self.tile_end)
+
 
 def tile_rect(proj: Projected, grid: TileGrid):
-    """Inclusive tile rectangle [x0, x1] x [y0, y1] of each Gaussian's opacity-aware box.
+    """The tiles each Gaussian's opacity-aware box touches.
+
+    Returns:
+      (first tile [N, 2] int32 (x, y), number of tiles [N, 2] int32 along x and y; 0 when none).
 
     A pixel j (centre j + 0.5) is inside the box when |j + 0.5 - m| <= e. A small margin absorbs
     float rounding: an extra tile costs a little work, a missing one would change the image.
@@ -61,6 +66,17 @@ def tile_rect(proj: Projected, grid: TileGrid):
 
 
 def bin_gaussians(proj: Projected, grid: TileGrid, capacity: int) -> Bins:
+    """Every (Gaussian, tile) intersection, sorted by tile then depth.
+
+    Args:
+      proj: the camera's projected Gaussians (N of them).
+      grid: the image's tiles.
+      capacity: static size of the intersection buffer.
+
+    Returns:
+      `Bins`: sorted Gaussian ids [capacity], each tile's [start, end) range [T], tiles per
+      Gaussian [N], the number of intersections needed and whether it exceeded `capacity`.
+    """
     lo_t, n_xy = tile_rect(proj, grid)
     counts = n_xy[:, 0] * n_xy[:, 1]
     ends = jnp.cumsum(counts)

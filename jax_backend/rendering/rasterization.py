@@ -1,6 +1,7 @@
 """`rasterization`: the one public rendering entry point, shaped like gsplat's.
 
-projection -> colours (SH) -> binning -> compositing (custom_vjp), vmapped over cameras.
+projection -> colours (SH) -> binning -> compositing (custom_vjp), cameras one after another
+(`lax.map`).
 """
 from __future__ import annotations
 
@@ -11,24 +12,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .binning import TileGrid, bin_gaussians
-from .compositing import CompositeConfig, composite
+from .binning import bin_gaussians, next_capacity
+from .composite import CompositeConfig, composite, get_rasterizer
 from .projection import project_gaussians
 from .sh import sh_to_color
+from .tiles import TileGrid
 
 RENDER_MODES = ("RGB", "D", "ED", "RGB+D", "RGB+ED")
-RASTERIZERS = ("flat", "standard")
-MIN_CAPACITY = 1 << 14
 
 _capacity_hints: dict = {}  # (N, C, W, H, tile) -> last capacity that was large enough
 
 
-def next_capacity(needed: int) -> int:
-    """Power-of-two bucket holding `needed` intersections (few distinct shapes, rare recompiles)."""
-    return max(MIN_CAPACITY, 1 << int(max(needed, 1) - 1).bit_length())
-
-
 def default_capacity(num_gaussians: int, num_cameras: int = 1, width: int = 0, height: int = 0, tile_size: int = 16) -> int:
+    """Intersection buffer to try first: the last one that was large enough for these shapes, or
+    a bucket of 4 intersections per Gaussian."""
     key = (num_gaussians, num_cameras, width, height, tile_size)
     return _capacity_hints.get(key, next_capacity(4 * num_gaussians))
 
@@ -52,15 +49,15 @@ def _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degr
         raise ValueError(f"with sh_degree, colors must be SH coefficients [N,K,3], K in 1,4,9,16; got {colors.shape}")
     if render_mode not in RENDER_MODES:
         raise ValueError(f"render_mode must be one of {RENDER_MODES}, got {render_mode!r}")
-    if rasterizer not in RASTERIZERS:
-        raise ValueError(f"rasterizer must be one of {RASTERIZERS}, got {rasterizer!r}")
+    get_rasterizer(rasterizer)  # raises on an unknown name
     if backgrounds is not None and (backgrounds.ndim != 2 or backgrounds.shape[0] != c):
         raise ValueError(f"backgrounds must be [C,D], got {backgrounds.shape}")
 
 
 def _render_one(cfg: CompositeConfig, capacity: int, render_mode: str, near_plane: float, eps2d: float, use_sh: bool,
                 means, quats, scales, opacities, colors, viewmat, K, background, probe, sh_degree):
-    proj = project_gaussians(means, quats, scales, opacities, viewmat, K, cfg.width, cfg.height, near_plane, eps2d)
+    grid = cfg.grid
+    proj = project_gaussians(means, quats, scales, opacities, viewmat, K, grid.width, grid.height, near_plane, eps2d)
     if use_sh:
         campos = -viewmat[:3, :3].T @ viewmat[:3, 3]
         colors = sh_to_color(colors, means - campos, active_degree=sh_degree)
@@ -73,9 +70,9 @@ def _render_one(cfg: CompositeConfig, capacity: int, render_mode: str, near_plan
         bg = bg.at[: background.shape[0]].set(background)
 
     # binning is discrete: keep autodiff out of it (no tangents through the sort)
-    bins = bin_gaussians(jax.lax.stop_gradient(proj), TileGrid(cfg.width, cfg.height, cfg.tile_size), capacity)
-    geom = jnp.concatenate([proj.means2d, proj.conics, opacities[:, None]], -1)
-    image, alpha = composite(cfg, geom, feats, bg, probe, bins.gaussian_ids, bins.tile_start, bins.tile_end)
+    bins = bin_gaussians(jax.lax.stop_gradient(proj), grid, capacity)
+    geom = jnp.concatenate([proj.means2d, proj.conics, opacities[:, None]], -1)  # blend.GEOM_ROWS
+    image, alpha = composite(cfg, geom, feats, bg, probe, bins.lists)
     if render_mode.endswith("ED"):
         image = image.at[..., -1].divide(jnp.maximum(alpha, 1e-10))
     radii = jnp.where(proj.valid & (bins.tiles_per_gaussian > 0), jnp.ceil(proj.extents.max(-1)), 0).astype(jnp.int32)
@@ -135,23 +132,38 @@ def rasterization(
     groups: Optional[int] = None,
     tile_batch: int = 0,
 ):
-    """Render C cameras. Arguments as gsplat's `rasterization` (quats wxyz, scales and opacities
-    activated, viewmats world-to-camera with OpenCV axes, colours [N,D] / [C,N,D] or SH [N,K,3]
-    with `sh_degree`, which may be a traced scalar: higher bands are masked, shapes do not change).
+    """Render C cameras, as gsplat's `rasterization`.
 
-    Returns (render_colors [C,H,W,ch], render_alphas [C,H,W,1], meta). `meta` holds per-camera
-    radii, means2d, depths, conics, tiles_per_gauss, num_intersections and overflow.
+    Args:
+      means: [N, 3] centres.
+      quats: [N, 4] rotations, wxyz, any norm.
+      scales: [N, 3] activated scales.
+      opacities: [N] activated opacities.
+      colors: [N, D] or [C, N, D] features, or SH coefficients [N, K, 3] with `sh_degree`.
+      viewmats: [C, 4, 4] world-to-camera, OpenCV axes (x right, y down, z forward).
+      Ks: [C, 3, 3] intrinsics (pixel centres at +0.5).
+      width, height: image size in pixels.
+      sh_degree: highest SH band to evaluate (int or traced scalar: higher bands are masked, so a
+        schedule never changes shapes); None when `colors` are not SH.
+      backgrounds: [C, D] features behind the Gaussians (default zeros).
+      near_plane, eps2d: projection's near cull and 2D low-pass (pixels^2).
+      render_mode: "RGB", "D" (accumulated depth), "ED" (expected depth), "RGB+D", "RGB+ED".
+      rasterizer: "flat" or "standard" (`composite.RASTERIZERS`).
+      tile_size: tile edge in pixels.
+      capacity: intersection buffer size. Called eagerly, a buffer that turns out too small is
+        grown (power-of-two buckets) and the frame rendered again. Under `jit`/`grad` tracing the
+        size cannot be checked: `meta["overflow"]` is returned and must be checked by the caller.
+      means2d_probe: [C, N, 2] zeros; its gradient is dL/dmeans2d in pixels (or, with `absgrad`,
+        the sum over pixels of |dL/dmeans2d|, gsplat's absgrad), the statistic densification uses.
+      chunk: (flat) Gaussians gathered per tile at once.
+      groups: (flat) tiles sorted by workload and cut into this many groups, each with its own
+        loop (default 8 on CPU, 1 elsewhere).
+      tile_batch: (standard) tiles vmapped together (0: all).
 
-    Intersections live in a buffer of `capacity` slots. Called eagerly, a buffer that turns out too
-    small is grown (power-of-two buckets) and the frame rendered again. Under `jit`/`grad` tracing
-    the size cannot be checked: `meta["overflow"]` is returned and must be checked by the caller.
-
-    `chunk` (flat): Gaussians gathered per tile at once; `groups` (flat): tiles sorted by workload
-    and cut into this many groups, each with its own loop (default 8 on CPU, 1 elsewhere);
-    `tile_batch` (standard): tiles vmapped together (0: all).
-
-    `means2d_probe` ([C,N,2] zeros): its gradient is dL/dmeans2d in pixels (or, with `absgrad`,
-    the sum over pixels of |dL/dmeans2d|, gsplat's absgrad), the statistic densification uses.
+    Returns:
+      (render_colors [C, H, W, ch], render_alphas [C, H, W, 1], meta): `meta` holds per-camera
+      radii [C, N], means2d [C, N, 2], depths [C, N], conics [C, N, 3], tiles_per_gauss [C, N],
+      num_intersections [C] and overflow [C].
     """
     means, quats, scales, opacities, colors, viewmats, Ks = (
         jnp.asarray(x, jnp.float32) for x in (means, quats, scales, opacities, colors, viewmats, Ks)
@@ -169,7 +181,8 @@ def rasterization(
     degree = jnp.asarray(sh_degree if use_sh else 0, jnp.int32)
     if groups is None:  # workload-sorted tile groups pay off on CPUs; accelerators prefer one wide loop
         groups = 8 if jax.default_backend() == "cpu" else 1
-    cfg = CompositeConfig(width, height, int(tile_size), rasterizer, int(chunk), int(groups), int(tile_batch), bool(absgrad))
+    cfg = CompositeConfig(TileGrid(width, height, int(tile_size)), rasterizer, int(chunk), int(groups), int(tile_batch),
+                          bool(absgrad))
     arrays = (means, quats, scales, opacities, colors, viewmats, Ks, backgrounds, means2d_probe, degree)
     traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(arrays))
     key = (n, c, width, height, int(tile_size))

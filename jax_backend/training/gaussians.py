@@ -13,12 +13,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .sh import SH_C0, num_sh_bases
+from ..rendering import SH_C0, next_pow2, num_sh_bases, rasterization
 
 PARAM_NAMES = ("means", "scales", "quats", "opacities", "sh0", "shN")
 
 
 class Gaussians(NamedTuple):
+    """The Gaussians of a scene: every leaf has the leading [capacity] axis."""
+
     params: dict  # name -> [capacity, ...] (see PARAM_NAMES)
     alive: jnp.ndarray  # [capacity] bool
 
@@ -28,11 +30,20 @@ class Gaussians(NamedTuple):
 
 
 def rgb_to_sh0(rgb):
+    """RGB in [0, 1] -> the SH DC coefficient that renders it."""
     return (rgb - 0.5) / SH_C0
 
 
 def activated(params: dict, alive):
-    """What the renderer takes: means, unit-free quats, scales, opacities (0 for dead slots), SH [N,K,3]."""
+    """What the renderer takes.
+
+    Args:
+      params: the parameters (PARAM_NAMES), each [N, ...].
+      alive: [N] bool.
+
+    Returns:
+      (means [N,3], quats [N,4], scales [N,3], opacities [N] (0 for dead slots), SH [N,K,3]).
+    """
     opacities = jnp.where(alive, jax.nn.sigmoid(params["opacities"]), 0.0)
     sh = jnp.concatenate([params["sh0"], params["shN"]], axis=1)
     return params["means"], params["quats"], jnp.exp(params["scales"]), opacities, sh
@@ -49,10 +60,6 @@ def knn_mean_distance(points: np.ndarray, k: int = 3) -> np.ndarray:
     return np.maximum(d, 1e-7)
 
 
-def next_pow2(n: int) -> int:
-    return 1 << max(int(n) - 1, 0).bit_length()
-
-
 def init_from_points(
     points: np.ndarray,
     colors: Optional[np.ndarray] = None,
@@ -62,7 +69,19 @@ def init_from_points(
     init_opacity: float = 0.1,
     seed: int = 0,
 ) -> Gaussians:
-    """Gaussians at seed points (colours in [0,1] or uint8), scales from the 3-NN mean distance."""
+    """Gaussians at seed points, scales from the 3-NN mean distance (isotropic), random rotations.
+
+    Args:
+      points: [P, 3] positions.
+      colors: [P, 3] colours in [0, 1] or 0..255 (random when None).
+      sh_degree: SH degree of the colour (the higher bands start at zero).
+      capacity: slots (default: the next power of two >= P); slots past P are dead.
+      init_opacity: initial opacity of every Gaussian.
+      seed: for the random rotations (and colours).
+
+    Returns:
+      `Gaussians` with `capacity` slots.
+    """
     points = np.asarray(points, np.float64)
     if points.ndim != 2 or points.shape[1] != 3 or len(points) == 0:
         raise ValueError(f"seed points must be a non-empty [P,3] array, got shape {points.shape}")
@@ -99,19 +118,45 @@ def init_from_points(
 
 
 def init_random(num: int, scene_min, scene_max, **kw) -> Gaussians:
-    """`num` Gaussians uniform in the box [scene_min, scene_max] with random colours."""
+    """`num` Gaussians uniform in the box [scene_min, scene_max] ([3] each) with random colours;
+    keyword arguments as `init_from_points`."""
     rng = np.random.default_rng(kw.get("seed", 0))
     lo, hi = np.asarray(scene_min, np.float64), np.asarray(scene_max, np.float64)
     return init_from_points(rng.uniform(lo, hi, (num, 3)), None, **kw)
 
 
-def pad_leading(tree, old: int, new: int):
-    """Grow every array whose leading dimension is `old` to `new` (zeros; quats become identity
-    is not needed: dead slots are never rendered). Other leaves are left as they are."""
+def alive_first(gaussians: Gaussians):
+    """The parameters with the alive Gaussians first (in slot order), and how many are alive.
 
-    def grow(x):
-        if hasattr(x, "shape") and x.ndim >= 1 and x.shape[0] == old:
-            return jnp.concatenate([x, jnp.zeros((new - old,) + x.shape[1:], x.dtype)])
-        return x
+    Returns:
+      ({name: [capacity, ...]}, number alive).
+    """
+    order = jnp.argsort(~gaussians.alive, stable=True)
+    return {k: v[order] for k, v in gaussians.params.items()}, int(jnp.sum(gaussians.alive))
 
-    return jax.tree_util.tree_map(grow, tree)
+
+def render_gaussians(gaussians: Gaussians, viewmat, K, width: int, height: int, *, sh_degree, background=None,
+                     render_mode: str = "RGB+ED", rasterizer: str = "flat", keep=None):
+    """Render the alive Gaussians from one camera (eagerly: the intersection buffer grows as needed).
+
+    Args:
+      gaussians: the scene.
+      viewmat: [4, 4] world-to-camera (OpenCV axes); K: [3, 3].
+      width, height: image size.
+      sh_degree: SH bands to evaluate (e.g. `schedule.sh_degree_at(step, ...)`).
+      background: [3] colour behind the Gaussians (black when None).
+      render_mode: as `rasterization`.
+      rasterizer: "flat" or "standard".
+      keep: optional [capacity] bool, Gaussians to render (others get opacity 0; e.g. a crop box).
+
+    Returns:
+      (features [H, W, ch] (RGB, then depth for "+D"/"+ED" modes), alpha [H, W, 1]).
+    """
+    means, quats, scales, opacities, sh = activated(gaussians.params, gaussians.alive)
+    if keep is not None:
+        opacities = jnp.where(jnp.asarray(keep, bool), opacities, 0.0)
+    bg = None if background is None else jnp.asarray(background, jnp.float32).reshape(1, -1)
+    colors, alpha, _ = rasterization(means, quats, scales, opacities, sh, jnp.asarray(viewmat, jnp.float32)[None],
+                                     jnp.asarray(K, jnp.float32)[None], width, height, sh_degree=sh_degree,
+                                     backgrounds=bg, render_mode=render_mode, rasterizer=rasterizer)
+    return colors[0], alpha[0]

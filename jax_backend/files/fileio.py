@@ -14,6 +14,8 @@ import numpy as np
 
 
 def atomic_write(path, data: bytes) -> Path:
+    """Write `data` to `path` so that readers see the old file or the whole new one, never a part:
+    a temporary file in the same folder, fsync, rename. Creates the folder. Returns the path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -71,9 +73,11 @@ class AsyncWriter:
                 self.errors.append(e)
 
     def submit(self, fn, *args):
+        """Queue `fn(*args)` (blocks only when `max_pending` jobs are already waiting)."""
         self._queue.put((fn, args))
 
     def close(self):
+        """Wait for every queued job; RuntimeError with the first failure if any failed."""
         self._queue.put(None)
         self._thread.join()
         if self.errors:

@@ -1,0 +1,13 @@
+"""Rendering: projection (EWA), spherical harmonics, tile binning, the per-pixel blend rule, the
+two rasterizers (flat and standard) behind one custom_vjp, and the `rasterization` entry point.
+
+Layers, bottom up (each imports only those below it): projection, sh, tiles -> binning, blend ->
+rasterize_flat, rasterize_standard -> composite -> rasterization."""
+from .binning import next_capacity, next_pow2
+from .composite import RASTERIZERS
+from .projection import quat_to_rotmat
+from .rasterization import RENDER_MODES, rasterization
+from .sh import SH_C0, num_sh_bases
+
+__all__ = ["rasterization", "RASTERIZERS", "RENDER_MODES", "next_capacity", "next_pow2", "quat_to_rotmat", "SH_C0",
+           "num_sh_bases"]

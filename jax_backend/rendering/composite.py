@@ -1,0 +1,97 @@
+"""`composite`: one camera's binned Gaussians blended into an image, as a `jax.custom_vjp` whose
+forward and backward are those of the rasterizer named in its config (see `RASTERIZERS`)."""
+from __future__ import annotations
+
+from functools import partial
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .blend import PixelCotangents
+from .rasterize_flat import flat_backward, flat_forward
+from .rasterize_standard import standard_backward, standard_forward
+from .tiles import TileGrid, TileLists, image_to_tiles, tiles_to_image
+
+
+class Rasterizer(NamedTuple):
+    """A rasterizer's two walks over the tile lists (signatures of `rasterize_flat`'s)."""
+
+    forward: Callable  # (cfg, geom [GEOM,N], feats [ch,N], lists) -> BlendState (tile layout)
+    backward: Callable  # (cfg, geom, feats, lists, PixelCotangents, behind0) -> (d geom, d feats, |d means2d|)
+
+
+RASTERIZERS = {
+    "flat": Rasterizer(flat_forward, flat_backward),
+    "standard": Rasterizer(standard_forward, standard_backward),
+}
+
+
+def get_rasterizer(name: str) -> Rasterizer:
+    """The registered rasterizer called `name`; ValueError naming the choices otherwise."""
+    try:
+        return RASTERIZERS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"rasterizer must be one of {sorted(RASTERIZERS)}, got {name!r}") from None
+
+
+class CompositeConfig(NamedTuple):
+    """Static settings of one compositing call (hashable: part of the jit cache key)."""
+
+    grid: TileGrid
+    rasterizer: str  # a key of RASTERIZERS
+    chunk: int  # flat: Gaussians gathered per tile per chunk
+    groups: int  # flat: tiles sorted by workload and cut into this many groups, one loop each
+    tile_batch: int  # standard: tiles vmapped together (0: all)
+    absgrad: bool  # the means2d probe receives sum |dL/dmeans2d| instead of dL/dmeans2d
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(0,))
+def composite(cfg: CompositeConfig, geom, feats, background, probe, lists: TileLists):
+    """Render one camera's binned Gaussians.
+
+    Args:
+      cfg: static settings; `cfg.rasterizer` picks the implementation.
+      geom: [N, GEOM] packed screen parameters (mean x, y, conic a, b, c, opacity).
+      feats: [N, ch] features to blend (colours, depth).
+      background: [ch] features behind everything.
+      probe: [N, 2] added to the means; its cotangent is dL/dmeans2d, or with `cfg.absgrad` the
+        sum over pixels of |dL/dmeans2d|.
+      lists: the binning's per-tile lists (no cotangent).
+
+    Returns:
+      (image [H, W, ch], alpha [H, W]).
+    """
+    out, _ = _composite_fwd(cfg, geom, feats, background, probe, lists)
+    return out
+
+
+def _composite_fwd(cfg, geom, feats, background, probe, lists):
+    geom_cf = (geom.at[:, :2].add(probe)).T  # channel first: [GEOM, N]
+    feats_cf = feats.T  # [ch, N]
+    state = get_rasterizer(cfg.rasterizer).forward(cfg, geom_cf, feats_cf, lists)
+    color = state.color + state.T * background[:, None, None]  # [ch, T, P]
+    image = tiles_to_image(jnp.moveaxis(color, 0, -1), cfg.grid)
+    out = (image, tiles_to_image(1.0 - state.T, cfg.grid))
+    res = (geom_cf, feats_cf, background, lists, state.last, state.T)
+    return out, res
+
+
+def _float0_like(x):
+    return np.zeros(x.shape, dtype=jax.dtypes.float0)
+
+
+def _composite_bwd(cfg, res, cot):
+    geom_cf, feats_cf, background, lists, last, T_final = res
+    dC = jnp.moveaxis(image_to_tiles(cot[0], cfg.grid), -1, 0)  # [ch, T, P]
+    dA = image_to_tiles(cot[1], cfg.grid)
+    behind0 = T_final * background[:, None, None]
+    d_geom, d_feats, d_abs = get_rasterizer(cfg.rasterizer).backward(
+        cfg, geom_cf, feats_cf, lists, PixelCotangents(last, T_final, dC, dA), behind0)
+    d_background = jnp.sum(T_final * dC, axis=(1, 2))
+    d_probe = d_abs if cfg.absgrad else d_geom[:, :2]
+    return d_geom, d_feats, d_background, d_probe, jax.tree_util.tree_map(_float0_like, lists)
+
+
+composite.defvjp(_composite_fwd, _composite_bwd)

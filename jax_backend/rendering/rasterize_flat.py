@@ -1,0 +1,137 @@
+"""The flat ("TPU") rasterizer: every tile's pixels on one [num_tiles, S*S] axis.
+
+Per chunk, the parameters of the next `chunk` Gaussians of every tile are gathered at once
+([.., num_tiles, chunk]) and a scan blends the i-th Gaussian of every tile into all pixels.
+Chunks stop as soon as every pixel is saturated or every tile's list is used up: nothing is
+truncated, and the backward walks only up to the deepest last contributor.
+
+So that light tiles do not pay for the busiest one, the tiles can be sorted by their workload
+(list length forward, deepest last contributor backward) and cut into `groups` equal groups,
+each with its own loop: the work then follows the workload profile instead of
+num_tiles x the longest list. groups=1 is the plain design (one loop over all tiles).
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from .blend import (BackState, BlendState, PixelCotangents, Splat, blend_backward, blend_forward, gradient_rows,
+                    initial_state, split_rows, sum_pixels)
+from .tiles import Pixels, TileLists, tile_pixels
+
+
+def _gather_chunk(k, chunk, geom, feats, ids, start, length):
+    """Gaussians at list positions [k*chunk, (k+1)*chunk) of every tile.
+
+    Returns:
+      (gid [T, B]: Gaussian ids, one past the last where out of range; the scan inputs: a `Splat`
+      per position, stacked on a leading [B] axis: geom [B, GEOM, T, 1], feats [B, ch, T, 1],
+      pos [B], in_range [B, T, 1]).
+    """
+    pos = k * chunk + jnp.arange(chunk, dtype=jnp.int32)  # [B]
+    in_range = pos[None, :] < length[:, None]  # [T, B]
+    slot = jnp.clip(start[:, None] + pos[None, :], 0, ids.shape[0] - 1)
+    gid = jnp.where(in_range, ids[slot], geom.shape[1])  # out of range: one past the end
+    g = geom.at[:, gid].get(mode="fill", fill_value=0.0)  # [GEOM, T, B]
+    f = feats.at[:, gid].get(mode="fill", fill_value=0.0)
+    steps = Splat(jnp.moveaxis(g, -1, 0)[..., None], jnp.moveaxis(f, -1, 0)[..., None], pos, in_range.T[..., None])
+    return gid, steps
+
+
+def _groups(groups: int, workload):
+    """Tile order (heaviest first; None: as they are) and the static group boundaries."""
+    t = workload.shape[0]
+    n = max(1, min(groups, t))
+    if n == 1:
+        return None, [(0, t)]
+    order = jnp.argsort(-workload)
+    size = -(-t // n)
+    return order, [(a, min(a + size, t)) for a in range(0, t, size)]
+
+
+def _take(x, order, axis=0):
+    return x if order is None else jnp.take(x, order, axis=axis)
+
+
+def _forward_tiles(B, geom, feats, ids, start, length, px: Pixels, inside) -> BlendState:
+    def cond(carry):
+        k, st = carry
+        return jnp.any((k * B < length) & ~jnp.all(st.done, axis=1))
+
+    def body(carry):
+        k, st = carry
+        _, steps = _gather_chunk(k, B, geom, feats, ids, start, length)
+        st, _ = jax.lax.scan(lambda s, splat: (blend_forward(s, px, splat), None), st, steps)
+        return k + 1, st
+
+    return jax.lax.while_loop(cond, body, (jnp.int32(0), initial_state(inside, feats.shape[0])))[1]
+
+
+def flat_forward(cfg, geom, feats, lists: TileLists) -> BlendState:
+    """Front-to-back blend of every tile's list.
+
+    Args:
+      cfg: `CompositeConfig` (grid, chunk, groups).
+      geom: [GEOM, N] packed screen parameters; feats: [ch, N].
+      lists: the binning's per-tile lists.
+
+    Returns:
+      `BlendState` in the tile layout: T, last, done [T, S*S], color [ch, T, S*S].
+    """
+    px, inside = tile_pixels(cfg.grid)
+    length = lists.end - lists.start
+    order, bounds = _groups(cfg.groups, length)
+    start, length, x, y, inside = [_take(a, order) for a in (lists.start, length, px.x, px.y, inside)]
+    parts = [_forward_tiles(cfg.chunk, geom, feats, lists.ids, start[a:b], length[a:b], Pixels(x[a:b], y[a:b]),
+                            inside[a:b]) for a, b in bounds]
+    state = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs, axis=-2), *parts)  # tile axis: -2
+    if order is None:
+        return state
+    inverse = jnp.argsort(order)
+    return jax.tree_util.tree_map(lambda x: jnp.take(x, inverse, axis=x.ndim - 2), state)
+
+
+def _backward_tiles(B, acc, geom, feats, ids, start, length, px: Pixels, cot: PixelCotangents, behind0):
+    num_chunks = (jnp.max(cot.last, initial=0) + B - 1) // B
+
+    def body(carry):
+        k, st, acc = carry
+        k = k - 1
+        gid, steps = _gather_chunk(k, B, geom, feats, ids, start, length)
+
+        def step(s, splat):
+            s, grads = blend_backward(s, px, splat, cot)
+            return s, sum_pixels(grads)
+
+        st, rows = jax.lax.scan(step, st, steps, reverse=True)
+        # one scatter of [B, T, GEOM + ch + 2] rows (matching gid.T) into the per-Gaussian sums
+        acc = acc.at[gid.T].add(jnp.concatenate(rows, -1), mode="drop")
+        return k, st, acc
+
+    init = (num_chunks, BackState(T=cot.T_final, behind=behind0), acc)
+    return jax.lax.while_loop(lambda c: c[0] > 0, body, init)[2]
+
+
+def flat_backward(cfg, geom, feats, lists: TileLists, cot: PixelCotangents, behind0):
+    """Back-to-front walk of every tile's list.
+
+    Args:
+      cfg, geom, feats, lists: as `flat_forward`.
+      cot: per-pixel forward residuals and output cotangents, tile layout.
+      behind0: [ch, T, S*S] what lies behind the last Gaussian (T_final * background).
+
+    Returns:
+      (d geom [N, GEOM], d feats [N, ch], sum over pixels of |d means2d| [N, 2]).
+    """
+    px, _ = tile_pixels(cfg.grid)
+    ch, n = feats.shape
+    order, bounds = _groups(cfg.groups, jnp.max(cot.last, axis=1))
+    tiles = [_take(a, order) for a in (lists.start, lists.end - lists.start, px.x, px.y, cot.last, cot.T_final, cot.dA)]
+    per_ch = [_take(a, order, axis=1) for a in (behind0, cot.dC)]
+    acc = gradient_rows(n, ch)
+    for a, b in bounds:
+        s, length, x, y, last, T_final, dA = [t[a:b] for t in tiles]
+        b0, dC = [t[:, a:b] for t in per_ch]
+        acc = _backward_tiles(cfg.chunk, acc, geom, feats, lists.ids, s, length, Pixels(x, y),
+                              PixelCotangents(last, T_final, dC, dA), b0)
+    return split_rows(acc, ch)

@@ -1,0 +1,6 @@
+"""Training: Gaussians with a static capacity, the loss, optimizer groups, density-control
+strategies, the on-device dataset and view plan, the compiled step and block, the host `Trainer`,
+snapshots, and several hosts (`distributed`).
+
+Layers, bottom up: gaussians, loss, schedule -> optim, state -> strategy -> data, step ->
+trainer, snapshots."""

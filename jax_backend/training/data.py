@@ -1,0 +1,149 @@
+"""The training data on the device: every view's image, mask and camera (`Dataset`), how the
+views of each step are drawn (`ViewPlan`), placing copies on several devices (`replicate`), and
+the scene's extent from its cameras."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+class Dataset(NamedTuple):
+    """Every training view on the device. Images of different sizes are padded to the largest;
+    `masks` marks the real (and, with user masks, the wanted) pixels."""
+
+    images: jnp.ndarray  # [V, H, W, 3|4] uint8
+    masks: jnp.ndarray  # [V, H, W] bool
+    viewmats: jnp.ndarray  # [V, 4, 4] world-to-camera, OpenCV axes
+    Ks: jnp.ndarray  # [V, 3, 3]
+
+    @property
+    def num_views(self) -> int:
+        return self.images.shape[0]
+
+    @property
+    def height(self) -> int:
+        return self.images.shape[1]
+
+    @property
+    def width(self) -> int:
+        return self.images.shape[2]
+
+
+def make_dataset(images, viewmats, Ks, masks=None) -> Dataset:
+    """Pad the views to one size and put them on the device.
+
+    Args:
+      images: list of [H_i, W_i, 3|4] uint8 (or float in [0, 1]) arrays, or one [V, H, W, C] array.
+      viewmats: [V, 4, 4] world-to-camera (OpenCV axes); Ks: [V, 3, 3].
+      masks: optional list of [H_i, W_i] bool, the pixels to train on.
+
+    Returns:
+      `Dataset` (padding pixels are masked out).
+    """
+    images = [np.asarray(im) for im in images]
+    if not images:
+        raise ValueError("no training images")
+    chans = {im.shape[-1] for im in images}
+    if len(chans) != 1 or chans.pop() not in (3, 4) or any(im.ndim != 3 for im in images):
+        raise ValueError(f"images must all be [H,W,3] or all [H,W,4]; got shapes {sorted({im.shape for im in images})}")
+    H = max(im.shape[0] for im in images)
+    W = max(im.shape[1] for im in images)
+    V, C = len(images), images[0].shape[-1]
+    out = np.zeros((V, H, W, C), np.uint8)
+    valid = np.zeros((V, H, W), bool)
+    for i, im in enumerate(images):
+        if im.dtype != np.uint8:
+            im = np.clip(np.round(np.asarray(im, np.float32) * 255), 0, 255).astype(np.uint8)
+        out[i, : im.shape[0], : im.shape[1]] = im
+        valid[i, : im.shape[0], : im.shape[1]] = True if masks is None else np.asarray(masks[i], bool)
+    viewmats, Ks = np.asarray(viewmats, np.float32), np.asarray(Ks, np.float32)
+    if viewmats.shape != (V, 4, 4) or Ks.shape != (V, 3, 3):
+        raise ValueError(f"need viewmats [V,4,4] and Ks [V,3,3] for V={V}, got {viewmats.shape}, {Ks.shape}")
+    return Dataset(jnp.asarray(out), jnp.asarray(valid), jnp.asarray(viewmats), jnp.asarray(Ks))
+
+
+@dataclass(frozen=True)
+class ViewPlan:
+    """How the views of one step are drawn, for `replicas` data-parallel devices (this host's)
+    each rendering `views_per_replica` views per step. The dataset's views are dealt to
+    `lanes = replicas * views_per_replica` lanes (lane l: views l, l + lanes, ...); every lane
+    goes through its views once per epoch in its own random order. Lane l's view at step t is a
+    pure function of (seed, global lane, t): nothing to carry, resumable, and the same views
+    whether the lanes sit on 4 devices or in one batch of 4 on one device.
+
+    `axis_name` names the pmap axis (None: one replica, no collectives); `lane_offset` is this
+    host's first global lane (multi-host: each host deals its own shard of the views)."""
+
+    num_views: int
+    views_per_replica: int = 1
+    replicas: int = 1
+    axis_name: Optional[str] = None
+    lane_offset: int = 0
+    seed: int = 0
+
+    @property
+    def lanes(self) -> int:
+        """Views drawn per step on this host (replicas x views per replica)."""
+        return self.replicas * self.views_per_replica
+
+    def table(self):
+        """[lanes, S] view indices (-1 padding) and [lanes] counts, as numpy (static)."""
+        if self.num_views < self.lanes:
+            raise ValueError(f"{self.lanes} views per step need at least as many training views, "
+                             f"this dataset has {self.num_views}")
+        S = -(-self.num_views // self.lanes)
+        table = np.full((self.lanes, S), -1, np.int32)
+        for lane in range(self.lanes):
+            own = np.arange(lane, self.num_views, self.lanes)
+            table[lane, : len(own)] = own
+        return table, (table >= 0).sum(1).astype(np.int32)
+
+    def replica_lanes(self):
+        """The global lane of each of this replica's [views_per_replica] views (traced)."""
+        lanes = jnp.arange(self.views_per_replica)
+        if self.axis_name is not None:  # axis_index counts every host's devices
+            lanes = lanes + jax.lax.axis_index(self.axis_name) * self.views_per_replica
+        return lanes
+
+    def views(self, step):
+        """The [views_per_replica] views this replica trains on at `step` (traced)."""
+        table, counts = (jnp.asarray(a) for a in self.table())
+        base = jax.random.PRNGKey(self.seed)
+
+        def one(lane):
+            local = lane - self.lane_offset  # lanes are dealt this host's views
+            n = counts[local]
+            epoch, pos = step // n, step % n
+            k = jax.random.fold_in(jax.random.fold_in(base, lane), epoch)
+            order = jnp.argsort(jnp.where(table[local] >= 0, jax.random.uniform(k, table.shape[1:]), 2.0))
+            return table[local, order[pos]]
+
+        return jax.vmap(one)(self.replica_lanes())
+
+
+def replicate(tree, devices):  # device placement for pmap
+    """One copy of every leaf on each device, stacked on a leading device axis (what pmap takes)."""
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    sharding = NamedSharding(Mesh(np.array(devices), ("devices",)), PartitionSpec("devices"))
+
+    def one(x):
+        x = jnp.asarray(x)
+        shards = [jax.device_put(x[None], d) for d in devices]
+        return jax.make_array_from_single_device_arrays((len(devices),) + x.shape, sharding, shards)
+
+    return jax.tree_util.tree_map(one, tree)
+
+
+def scene_extent(viewmats) -> float:
+    """The 3DGS "cameras extent": 1.1 x the largest distance of a camera centre from their mean.
+
+    Args:
+      viewmats: [V, 4, 4] world-to-camera matrices.
+    """
+    positions = np.linalg.inv(np.asarray(viewmats, np.float64))[:, :3, 3]
+    return 1.1 * float(np.max(np.linalg.norm(positions - positions.mean(0), axis=1)))

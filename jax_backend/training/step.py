@@ -1,0 +1,148 @@
+"""One training step and one block of steps, pure functions compiled by the `Trainer`: a block is
+a `lax.scan` over steps followed by density control, in one XLA program."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from ..rendering import rasterization
+from .data import Dataset, ViewPlan
+from .gaussians import Gaussians, activated
+from .loss import photometric_loss, psnr
+from .optim import OptimConfig
+from .schedule import sh_degree_at
+from .state import TrainState
+from .strategy import DefaultStrategy, Strategy
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Static settings of a run (hashable: they are compiled into the block program)."""
+
+    max_steps: int = 30_000
+    steps_per_block: int = 100
+    rasterizer: str = "flat"
+    sh_degree: int = 3
+    sh_degree_interval: int = 1000  # one more SH band every this many steps
+    background: str = "black"  # "black" | "white" | "random"
+    ssim_lambda: float = 0.2
+    strategy: Strategy = field(default_factory=DefaultStrategy)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    seed: int = 0
+
+
+BACKGROUNDS = ("black", "white", "random")
+
+
+def background_color(kind: str, key):
+    """[3] colour behind the Gaussians for one view of one step ("random": drawn from `key`)."""
+    if kind == "black":
+        return jnp.zeros(3)
+    if kind == "white":
+        return jnp.ones(3)
+    if kind == "random":
+        return jax.random.uniform(key, (3,))
+    raise ValueError(f"background must be 'black', 'white' or 'random', got {kind!r}")
+
+
+def train_step(cfg: TrainConfig, tx, means_lr, isect_capacity: int, plan: ViewPlan, data: Dataset,
+               state: TrainState, _):
+    """One optimisation step on this replica's views.
+
+    With `plan.axis_name`, the gradient is the mean over every replica's views (`lax.pmean`) and
+    density statistics are summed (`lax.psum`), so every replica applies the same update and
+    takes the same density decisions.
+
+    Args:
+      cfg: the run's settings; tx: the optimizer; means_lr: the means' learning-rate schedule
+        (for the MCMC noise); isect_capacity: static intersection buffer size.
+      plan: which views each step draws; data: the dataset on the device.
+      state: the state before the step.
+
+    Returns:
+      (state after the step, metrics: loss, psnr, view, num_intersections, overflow, each
+      [views_per_replica]).
+    """
+    axis = plan.axis_name
+    key, k_bg, k_noise = jax.random.split(state.key, 3)
+    views = plan.views(state.step)
+    B = plan.views_per_replica
+    images = data.images[views].astype(jnp.float32) / 255.0
+    masks = data.masks[views]
+    bgs = jax.vmap(lambda lane: background_color(cfg.background, jax.random.fold_in(k_bg, lane)))(plan.replica_lanes())
+    targets = images[..., :3]
+    if images.shape[-1] == 4:  # composite RGBA targets on this step's background
+        targets = targets * images[..., 3:] + bgs[:, None, None, :] * (1.0 - images[..., 3:])
+    sh_active = sh_degree_at(state.step, cfg.sh_degree_interval, cfg.sh_degree)
+    g = state.gaussians
+    strategy = cfg.strategy
+
+    def loss_fn(params, probe):
+        means, quats, scales, opacities, sh = activated(params, g.alive)
+        renders, _, meta = rasterization(
+            means, quats, scales, opacities, sh, data.viewmats[views], data.Ks[views], data.width, data.height,
+            sh_degree=sh_active, backgrounds=bgs, rasterizer=cfg.rasterizer, capacity=isect_capacity,
+            means2d_probe=probe, absgrad=strategy.absgrad)
+        per_view = jax.vmap(photometric_loss, in_axes=(0, 0, 0, None))(renders, targets, masks, cfg.ssim_lambda)
+        loss = jnp.mean(per_view) + strategy.regularizer(params, g.alive)
+        return loss, (renders, per_view, meta)
+
+    probe = jnp.zeros((B, g.capacity, 2), jnp.float32)
+    (_, (renders, per_view, meta)), (grads, probe_grad) = jax.value_and_grad(
+        loss_fn, argnums=(0, 1), has_aux=True)(g.params, probe)
+    if axis is not None:
+        grads = jax.lax.pmean(grads, axis)
+    updates, opt_state = tx.update(grads, state.opt_state, g.params)
+    updates = jax.tree_util.tree_map(lambda u: jnp.where(g.alive.reshape((-1,) + (1,) * (u.ndim - 1)), u, 0.0), updates)
+    params = optax.apply_updates(g.params, updates)
+    # screen-space statistics per view, as if each view were its own step (the mean over B views
+    # scaled each view's means2d gradient by 1/B)
+    delta = strategy.init_stats(g.capacity)
+    for c in range(B):
+        delta = strategy.accumulate(delta, state.step, probe_grad[c] * B, meta["radii"][c], data.width, data.height)
+    if axis is not None:
+        delta = jax.lax.psum(delta, axis)
+    stats = jax.tree_util.tree_map(jnp.add, state.stats, delta)
+    gaussians = strategy.post_step(k_noise, Gaussians(params, g.alive), state.step, means_lr(state.step))
+    metrics = {
+        "loss": per_view,
+        "psnr": jax.vmap(psnr)(renders, targets, masks),
+        "view": views,
+        "num_intersections": meta["num_intersections"],
+        "overflow": meta["overflow"],
+    }
+    return TrainState(gaussians, opt_state, stats, state.step + 1, key), metrics
+
+
+def refine_state(cfg: TrainConfig, tx, scene_scale: float, state: TrainState, step_before):
+    """The strategy's density control for the steps (step_before, state.step]."""
+    key, k = jax.random.split(state.key)
+    state, info = cfg.strategy.refine(k, state, tx, step_before, scene_scale)
+    return state._replace(key=key), info
+
+
+def train_block(cfg: TrainConfig, tx, means_lr, scene_scale: float, isect_capacity: int, num_steps: int,
+                plan: ViewPlan, data: Dataset, state: TrainState):
+    """`num_steps` steps in one `lax.scan`, then density control. Per-step metrics come back as
+    arrays [num_steps, views_per_replica]. Under pmap every replica holds the same state and
+    statistics, so the density control below runs on each and agrees, with no host round trip."""
+    step_before = state.step
+    state, metrics = jax.lax.scan(partial(train_step, cfg, tx, means_lr, isect_capacity, plan, data), state, None,
+                                  length=num_steps)
+    state, info = refine_state(cfg, tx, scene_scale, state, step_before)
+    return state, metrics, info
+
+
+def init_state(cfg: TrainConfig, tx, gaussians: Gaussians) -> TrainState:
+    """The state before the first step: fresh optimizer state and statistics, step 0."""
+    return TrainState(
+        gaussians=gaussians,
+        opt_state=tx.init(gaussians.params),
+        stats=cfg.strategy.init_stats(gaussians.capacity),
+        step=jnp.int32(0),
+        key=jax.random.PRNGKey(cfg.seed),
+    )

@@ -1,0 +1,141 @@
+"""3DGS as Markov chain Monte Carlo (Kheradmand et al. 2024), with static shapes: a fixed budget,
+dead (transparent) Gaussians relocated onto live ones sampled by opacity with the paper's
+opacity/scale correction, +5% growth into free slots, noise on positions, and opacity / scale
+regularisation in the loss.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ...rendering import quat_to_rotmat
+from ..gaussians import Gaussians
+from ..schedule import crossed
+from ..state import TrainState, gather_rows, zero_moments
+from .base import RefineInfo
+
+_N_MAX = 51
+# denominator of Eq. 9 (Kheradmand et al.): sum_{i=1..r} sum_{k<i} C(i-1,k) (-1)^k / sqrt(k+1) o^(k+1)
+# = sum_{k<r} C(r, k+1) (-1)^k / sqrt(k+1) o^(k+1)  (hockey-stick identity): a table over (r, k)
+_RELOC = np.array([[math.comb(r, k + 1) * (-1) ** k / math.sqrt(k + 1) if k < r else 0.0 for k in range(_N_MAX)]
+                   for r in range(_N_MAX + 1)], np.float32)
+
+
+def relocation(opacities, scales, ratios):
+    """New opacity and scale of a Gaussian shared by `ratios` copies (gsplat's compute_relocation)."""
+    r = jnp.clip(jnp.asarray(ratios).astype(jnp.int32), 1, _N_MAX)
+    new_o = 1.0 - (1.0 - opacities) ** (1.0 / r)
+    powers = new_o[:, None] ** jnp.arange(1, _N_MAX + 1)[None]
+    denom = jnp.sum(jnp.asarray(_RELOC)[r] * powers, axis=-1)
+    return new_o, (opacities / denom)[:, None] * scales
+
+
+def sample_by_weight(key, weights, mask, n_max: int):
+    """`n_max` slot indices drawn with replacement, proportional to `weights` where `mask` is set.
+    Inverse CDF (cumsum + searchsorted): O(N log N), memory-light, unlike a Gumbel argmax."""
+    w = jnp.where(mask, jnp.maximum(weights, 0.0), 0.0)
+    cdf = jnp.cumsum(w)
+    u = jax.random.uniform(key, (n_max,)) * cdf[-1]
+    idx = jnp.searchsorted(cdf, u, side="right")
+    return jnp.clip(idx, 0, weights.shape[0] - 1)
+
+
+@dataclass(frozen=True)
+class MCMCStrategy:
+    """3DGS-MCMC (gsplat's MCMCStrategy); `budget` is the paper's cap_max."""
+
+    budget: int = 1_000_000
+    noise_lr: float = 5e5
+    refine_start: int = 500
+    refine_stop: int = 25_000
+    refine_every: int = 100
+    min_opacity: float = 0.005
+    opacity_reg: float = 0.01
+    scale_reg: float = 0.01
+    absgrad: bool = False
+
+    def init_stats(self, capacity: int) -> dict:
+        """None: MCMC decides from opacities alone."""
+        return {}
+
+    def accumulate(self, stats, step, means2d_grad, radii, width: int, height: int):
+        """Nothing to accumulate."""
+        return stats
+
+    def regularizer(self, params, alive):
+        """Mean opacity and mean scale of the alive Gaussians, weighted."""
+        w = alive.astype(jnp.float32)
+        n = jnp.maximum(jnp.sum(w), 1.0)
+        reg = self.opacity_reg * jnp.sum(jax.nn.sigmoid(params["opacities"]) * w) / n
+        return reg + self.scale_reg * jnp.sum(jnp.exp(params["scales"]) * w[:, None]) / (3.0 * n)
+
+    def post_step(self, key, g: Gaussians, step, means_lr):
+        """Noise on positions, shaped by each Gaussian's covariance, strongest for transparent ones."""
+        p = dict(g.params)
+        o = jax.nn.sigmoid(p["opacities"])
+        R = quat_to_rotmat(p["quats"])
+        s = jnp.exp(p["scales"])
+        cov = jnp.einsum("nij,nj,nkj->nik", R, s * s, R)
+        gate = jax.nn.sigmoid(100.0 * ((1.0 - o) - 0.995))
+        noise = jax.random.normal(key, p["means"].shape) * (gate * means_lr * self.noise_lr)[:, None]
+        p["means"] = p["means"] + jnp.where(g.alive[:, None], jnp.einsum("nij,nj->ni", cov, noise), 0.0)
+        return Gaussians(p, g.alive)
+
+    def refine(self, key, state: TrainState, tx, step_before, scene_scale: float):
+        """Relocation and growth when a refinement step fell in (step_before, state.step]."""
+        step_after = state.step
+        due = (step_after > self.refine_start) & (step_after < self.refine_stop) & crossed(
+            step_before, step_after, self.refine_every)
+        g, opt_state, info = jax.lax.cond(
+            due, lambda a: self._relocate_and_add(key, tx, *a), lambda a: a + (RefineInfo.none(),),
+            (state.gaussians, state.opt_state))
+        return state._replace(gaussians=g, opt_state=opt_state), info
+
+    def _teleport(self, tx, g: Gaussians, opt_state, targets, sources, used):
+        """Slots `targets[i]` (where used[i]) become copies of `sources[i]`; every source and copy
+        gets the relocated opacity and scale for the number of copies made of it."""
+        cap = g.capacity
+        p = dict(g.params)
+        counts = jnp.zeros((cap,), jnp.int32).at[sources].add(used.astype(jnp.int32))
+        hit = counts > 0
+        new_o, new_s = relocation(jax.nn.sigmoid(p["opacities"]), jnp.exp(p["scales"]), counts + 1)
+        new_o = jnp.clip(new_o, self.min_opacity, 1.0 - 1e-7)
+        p["opacities"] = jnp.where(hit, jnp.log(new_o) - jnp.log1p(-new_o), p["opacities"])
+        p["scales"] = jnp.where(hit[:, None], jnp.log(new_s), p["scales"])
+        src = jnp.arange(cap).at[jnp.where(used, targets, cap)].set(sources, mode="drop")
+        p = gather_rows(p, src)
+        moved = (src != jnp.arange(cap)) | hit
+        return Gaussians(p, g.alive), zero_moments(tx, opt_state, moved), moved
+
+    def _relocate_and_add(self, key, tx, g: Gaussians, opt_state):
+        cap = g.capacity
+        k1, k2 = jax.random.split(key)
+        o = jax.nn.sigmoid(g.params["opacities"])
+        dead = g.alive & (o <= self.min_opacity)
+        live = g.alive & ~dead
+        n_dead = jnp.sum(dead)
+        # relocation: dead slots take copies of live Gaussians sampled by opacity
+        targets = jnp.nonzero(dead, size=cap, fill_value=0)[0]
+        sources = sample_by_weight(k1, o, live, cap)
+        used = (jnp.arange(cap) < n_dead) & jnp.any(live)
+        g, opt_state, _ = self._teleport(tx, g, opt_state, targets, sources, used)
+        # growth: +5% up to the budget, into free slots
+        n_alive = jnp.sum(g.alive)
+        # the target is not capped by the capacity: when it does not fit, nothing is added and
+        # slots_needed tells the host to grow the capacity and refine again (never a silent cap)
+        n_target = jnp.minimum(self.budget, jnp.floor(1.05 * n_alive).astype(jnp.int32))
+        n_add = jnp.where(n_target <= cap, jnp.maximum(n_target - n_alive, 0), 0)
+        o = jax.nn.sigmoid(g.params["opacities"])
+        targets = jnp.nonzero(~g.alive, size=cap, fill_value=0)[0]
+        sources = sample_by_weight(k2, o, g.alive, cap)
+        used = jnp.arange(cap) < n_add
+        g, opt_state, _ = self._teleport(tx, g, opt_state, targets, sources, used)
+        alive = g.alive.at[jnp.where(used, targets, cap)].set(True, mode="drop")
+        info = RefineInfo.none()._replace(refined=jnp.bool_(True), n_relocated=n_dead.astype(jnp.int32),
+                                          n_added=n_add.astype(jnp.int32), slots_needed=n_target.astype(jnp.int32),
+                                          budget_bound=n_target >= self.budget)
+        return Gaussians(g.params, alive), opt_state, info

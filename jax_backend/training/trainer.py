@@ -1,0 +1,232 @@
+"""The host side of training: the `Trainer` compiles and dispatches blocks, grows the buffers the
+device says are too small, and saves, restores and renders its state."""
+from __future__ import annotations
+
+from functools import partial
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..rendering import next_capacity, next_pow2, rasterization
+from .data import Dataset, ViewPlan, replicate
+from .gaussians import Gaussians, activated, render_gaussians
+from .loss import psnr
+from .optim import make_optimizer, means_schedule
+from .schedule import sh_degree_at
+from ..files.checkpoint import read_checkpoint, save_checkpoint
+from .state import TrainState, capacity_of, from_named_arrays, grow_capacity, named_arrays
+from .step import TrainConfig, init_state, refine_state, train_block
+from .strategy import RefineInfo
+
+
+class Trainer:
+    """Host side: dispatches blocks, grows buffers when the device says they are too small.
+
+    - Intersection buffer: a block whose steps overflowed is run again from the state before it
+      with a larger buffer (never a silently wrong image); it is also grown ahead of time when a
+      block came within 20% of it.
+    - Gaussian capacity: when density control needs more slots than there are, it changes nothing
+      and reports the number; the host pads every per-Gaussian array (parameters, Adam moments,
+      statistics) to the next power of two and runs density control again.
+    """
+
+    def __init__(self, cfg: TrainConfig, data: Dataset, gaussians: Gaussians, scene_scale: float,
+                 isect_capacity: Optional[int] = None, log=print, *, num_devices: int = 1,
+                 views_per_device: int = 1):
+        """
+        Args:
+          cfg: the run's settings.
+          data: the training views (`make_dataset`).
+          gaussians: the initial Gaussians.
+          scene_scale: the scene's extent (`scene_extent`): scales the means' learning rate and
+            the density-control size thresholds.
+          isect_capacity: initial intersection buffer (default: twice what view 0 needs).
+          log: where messages about buffers and budgets go.
+          num_devices: > 1 (or several processes after `jax.distributed.initialize`): data
+            parallel with pmap over this host's first `num_devices` devices.
+          views_per_device: views each device renders per step; the effective batch is the total
+            views per step (`views_per_step`).
+        """
+        local = jax.local_devices()
+        if not 1 <= num_devices <= len(local):
+            raise ValueError(f"num_devices must be between 1 and {len(local)} (this host's devices), got {num_devices}")
+        if jax.process_count() > 1 and num_devices != len(local):
+            raise ValueError(f"with several processes every local device takes part: num_devices must be "
+                             f"{len(local)}, got {num_devices}")
+        self.devices = local[:num_devices]
+        self.parallel = num_devices > 1 or jax.process_count() > 1
+        self.plan = ViewPlan(data.num_views, int(views_per_device), num_devices, "devices" if self.parallel else None,
+                             lane_offset=jax.process_index() * num_devices * int(views_per_device), seed=cfg.seed)
+        self.plan.table()  # enough views for the lanes
+        self.cfg, self.data, self.scene_scale, self.log = cfg, data, float(scene_scale), log
+        self._device_data = replicate(data, self.devices) if self.parallel else data
+        self.tx = make_optimizer(cfg.optim, self.scene_scale, cfg.max_steps)
+        self.means_lr = means_schedule(cfg.optim, self.scene_scale, cfg.max_steps)
+        self.state = init_state(cfg, self.tx, gaussians)
+        if isect_capacity is None:
+            isect_capacity = next_capacity(2 * self._count_intersections(0))
+        self.isect_capacity = int(isect_capacity)
+        self._compiled: dict = {}
+        self._budget_bound = False
+
+    # -- the state
+    @property
+    def state(self) -> TrainState:
+        """The training state (one replica's copy when data parallel: they are identical)."""
+        if self.parallel:  # the first local device's shard: a plain single-device array
+            return jax.tree_util.tree_map(lambda x: x.addressable_shards[0].data[0], self._state)
+        return self._state
+
+    @state.setter
+    def state(self, value: TrainState):
+        self._state = replicate(value, self.devices) if self.parallel else value
+
+    @property
+    def step(self) -> int:
+        """Steps trained."""
+        return int(self.state.step)
+
+    @property
+    def views_per_step(self) -> int:
+        """Views one step trains on, over every device and host (the effective batch)."""
+        return self.plan.lanes * jax.process_count()
+
+    @property
+    def sh_degree(self) -> int:
+        """SH bands in use at the current step."""
+        return sh_degree_at(self.step, self.cfg.sh_degree_interval, self.cfg.sh_degree)
+
+    def grow_capacity(self, new_capacity: int):
+        """Pad every per-Gaussian array to `new_capacity` slots (no-op when not larger)."""
+        old = self.state.gaussians.capacity
+        if new_capacity <= old:
+            return
+        self.state = grow_capacity(self.tx, self.state, new_capacity)
+        self.log(f"[jax-gs] step {self.step}: Gaussian capacity grown {old} -> {new_capacity}")
+
+    # -- compiled programs
+    def _count_intersections(self, view: int) -> int:
+        g = self.state.gaussians
+        means, quats, scales, opacities, sh = activated(g.params, g.alive)
+        _, _, meta = rasterization(means, quats, scales, opacities, sh, self.data.viewmats[view][None],
+                                   self.data.Ks[view][None], self.data.width, self.data.height, sh_degree=0)
+        return int(meta["num_intersections"][0])
+
+    def _block_fn(self, num_steps: int):
+        key = ("block", self.isect_capacity, num_steps)
+        if key not in self._compiled:
+            fn = partial(train_block, self.cfg, self.tx, self.means_lr, self.scene_scale, self.isect_capacity,
+                         num_steps, self.plan)
+            # several processes: pmap over every process's devices (collectives span the hosts);
+            # each process passes and gets back its own devices' slices
+            devices = self.devices if jax.process_count() == 1 else None
+            self._compiled[key] = (jax.pmap(fn, axis_name=self.plan.axis_name, devices=devices)
+                                   if self.parallel else jax.jit(fn))
+        return self._compiled[key]
+
+    def _refine_fn(self):
+        if "refine" not in self._compiled:
+            self._compiled["refine"] = jax.jit(partial(refine_state, self.cfg, self.tx, self.scene_scale))
+        return self._compiled["refine"]
+
+    # -- one block, in named pieces
+    def _dispatch(self, num_steps: int):
+        """Run the block from the current state until its intersection buffer was large enough.
+        Returns (new device state, metrics as numpy [steps, views per step], RefineInfo)."""
+        before = self._state
+        while True:
+            state, metrics, info = self._block_fn(num_steps)(self._device_data, before)
+            metrics = jax.device_get(metrics)
+            if self.parallel:  # [devices, steps, views] -> [steps, devices * views]; one replica's info
+                metrics = {k: np.moveaxis(v, 0, 1).reshape(v.shape[1], -1) for k, v in metrics.items()}
+                info = jax.tree_util.tree_map(lambda x: x[0], info)
+            if not metrics["overflow"].any():
+                return state, metrics, RefineInfo(*jax.device_get(info)).as_python()
+            needed = int(metrics["num_intersections"].max())
+            self.isect_capacity = next_capacity(int(needed * 1.25))
+            self.log(f"[jax-gs] step {self.step}: intersection buffer too small ({needed} needed); "
+                     f"grown to {self.isect_capacity}, block run again")
+
+    def _refine_again_with_room(self, info: RefineInfo, num_steps: int) -> RefineInfo:
+        """Density control wanted more slots than there are: grow them, refine the same steps again."""
+        if info.slots_needed <= self.state.gaussians.capacity:
+            return info
+        self.grow_capacity(next_pow2(info.slots_needed))
+        self.state, info = self._refine_fn()(self.state, self.step - num_steps)
+        return RefineInfo(*jax.device_get(info)).as_python()
+
+    def _log_budget(self, info: RefineInfo):
+        """Say when the Gaussian budget starts or stops limiting growth."""
+        budget = self.cfg.strategy.budget
+        if info.refined and budget and info.budget_bound != self._budget_bound:
+            self._budget_bound = info.budget_bound
+            self.log(f"[jax-gs] step {self.step}: Gaussian budget {budget} "
+                     + ("reached; growth limited to it" if info.budget_bound else "no longer limits growth"))
+
+    def _grow_buffer_ahead(self, metrics):
+        peak = int(metrics["num_intersections"].max())
+        if peak > 0.8 * self.isect_capacity:
+            self.isect_capacity = next_capacity(int(peak * 1.5))
+
+    def run_block(self, num_steps: Optional[int] = None):
+        """Train `num_steps` (default: steps_per_block, capped at max_steps) in one dispatch.
+
+        Returns:
+          (metrics: numpy arrays [steps, views per step] of loss, psnr, view, num_intersections,
+          overflow, plus num_alive; the block's RefineInfo as Python values).
+        """
+        num_steps = num_steps or min(self.cfg.steps_per_block, max(self.cfg.max_steps - self.step, 1))
+        self._state, metrics, info = self._dispatch(num_steps)
+        info = self._refine_again_with_room(info, num_steps)
+        metrics["num_alive"] = int(jnp.sum(self.state.gaussians.alive))
+        self._log_budget(info)
+        self._grow_buffer_ahead(metrics)
+        return metrics, info
+
+    def train(self, num_steps: Optional[int] = None, callback=None):
+        """Run blocks until `num_steps` more steps (default: until max_steps) are done.
+        `callback(trainer, metrics, info)` is called after every block."""
+        end = self.cfg.max_steps if num_steps is None else self.step + num_steps
+        while self.step < end:
+            metrics, info = self.run_block(min(self.cfg.steps_per_block, end - self.step))
+            if callback is not None:
+                callback(self, metrics, info)
+
+    # -- state as named arrays, checkpoints
+    def state_arrays(self) -> dict:
+        """The whole training state as {name: numpy array} (`state.named_arrays`)."""
+        return named_arrays(self.state)
+
+    def load_state_arrays(self, arrays: dict, source="checkpoint"):
+        """Restore a state saved by `state_arrays` (same configuration and dataset): the capacity
+        grows to the saved one first. StateError naming `source` when it does not fit."""
+        self.grow_capacity(capacity_of(arrays, source))
+        self.state = from_named_arrays(self.state, arrays, source)
+
+    def save(self, path, meta: Optional[dict] = None):
+        """One .npz with the whole state (atomic). Returns its path."""
+        info = {"capacity": self.state.gaussians.capacity, "isect_capacity": self.isect_capacity, "step": self.step}
+        return save_checkpoint(path, self.state_arrays(), dict(meta or {}, trainer=info))
+
+    def restore(self, path) -> dict:
+        """Load a checkpoint saved by `save` (same configuration and dataset). Returns its meta."""
+        arrays, meta = read_checkpoint(path)
+        self.load_state_arrays(arrays, path)
+        self.isect_capacity = int(meta.get("trainer", {}).get("isect_capacity", self.isect_capacity))
+        return meta
+
+    # -- looking at the state
+    def render(self, viewmat, K, width: int, height: int, background=None, render_mode: str = "RGB+ED"):
+        """Render the current Gaussians from one camera at the current SH degree (`render_gaussians`)."""
+        return render_gaussians(self.state.gaussians, viewmat, K, width, height, sh_degree=self.sh_degree,
+                                background=background, render_mode=render_mode, rasterizer=self.cfg.rasterizer)
+
+    def heldout_psnr(self, images, viewmats, Ks) -> float:
+        """Mean PSNR of the current Gaussians against uint8 images [H,W,3] seen from the given cameras."""
+        vals = []
+        for im, vm, K in zip(images, viewmats, Ks):
+            render, _ = self.render(vm, K, im.shape[1], im.shape[0], render_mode="RGB")
+            vals.append(float(psnr(jnp.clip(render, 0.0, 1.0), jnp.asarray(im[..., :3], jnp.float32) / 255.0)))
+        return float(np.mean(vals))
