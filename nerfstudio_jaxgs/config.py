@@ -1,21 +1,43 @@
-"""`ns-train jax-gs`: registered through the `nerfstudio.method_configs` entry point.
+"""`ns-train jax-gs`, `jax-gs-big` and `jax-gs-mcmc`: registered through the
+`nerfstudio.method_configs` entry point.
 
 Kept light: nerfstudio imports it for every `ns-*` command, so JAX is imported lazily elsewhere."""
 from __future__ import annotations
+
+import copy
 
 import torch
 from nerfstudio.configs.base_config import MachineConfig
 from nerfstudio.data.datamanagers.full_images_datamanager import FullImageDatamanagerConfig
 from nerfstudio.data.dataparsers.nerfstudio_dataparser import NerfstudioDataParserConfig
+from nerfstudio.engine.optimizers import AdamOptimizerConfig
+from nerfstudio.engine.schedulers import ExponentialDecaySchedulerConfig
 from nerfstudio.plugins.types import MethodSpecification
 
 from .model import JaxGSModelConfig
 from .pipeline import JaxGSPipelineConfig
 from .trainer import JaxGSTrainerConfig
 
-jax_gs_method = MethodSpecification(
-    config=JaxGSTrainerConfig(
-        method_name="jax-gs",
+
+def _adam(lr, scheduler=None):
+    return {"optimizer": AdamOptimizerConfig(lr=lr, eps=1e-15), "scheduler": scheduler}
+
+
+# splatfacto's parameter groups and rates (`--optimizers.means.optimizer.lr` ...); the means' rate is
+# times the scene extent in jax-gs (3DGS), and decays over the scheduler's max-steps as splatfacto's
+OPTIMIZERS = {
+    "means": _adam(1.6e-4, ExponentialDecaySchedulerConfig(lr_final=1.6e-6, max_steps=30000)),
+    "features_dc": _adam(0.0025),
+    "features_rest": _adam(0.0025 / 20),
+    "opacities": _adam(0.05),
+    "scales": _adam(0.005),
+    "quats": _adam(0.001),
+}
+
+
+def _trainer_config(method_name: str, model: JaxGSModelConfig) -> JaxGSTrainerConfig:
+    return JaxGSTrainerConfig(
+        method_name=method_name,
         steps_per_eval_image=500,
         steps_per_eval_batch=0,
         steps_per_save=2000,
@@ -29,9 +51,25 @@ jax_gs_method = MethodSpecification(
                 dataparser=NerfstudioDataParserConfig(load_3D_points=True),
                 cache_images_type="uint8",
             ),
-            model=JaxGSModelConfig(),
+            model=model,
         ),
-        optimizers={},
-    ),
-    description="3D Gaussian Splatting in JAX/XLA (jax-gs): exact rasterizers, compiled train blocks; CPU, GPU, TPU.",
+        optimizers=copy.deepcopy(OPTIMIZERS),
+    )
+
+
+jax_gs_method = MethodSpecification(
+    config=_trainer_config("jax-gs", JaxGSModelConfig()),
+    description="3D Gaussian Splatting in JAX/XLA (jax-gs): splatfacto's recipe; exact rasterizers, compiled "
+                "train blocks; CPU, GPU, TPU.",
+)
+
+jax_gs_big_method = MethodSpecification(
+    config=_trainer_config("jax-gs-big", JaxGSModelConfig(cull_alpha_thresh=0.005, densify_grad_thresh=0.0005)),
+    description="jax-gs with splatfacto-big's recipe: more Gaussians, higher quality, more memory.",
+)
+
+jax_gs_mcmc_method = MethodSpecification(
+    config=_trainer_config("jax-gs-mcmc", JaxGSModelConfig(strategy="mcmc", max_gaussians=1_000_000,
+                                                           cull_alpha_thresh=0.005, stop_split_at=25000)),
+    description="jax-gs with 3DGS-MCMC density control: a fixed Gaussian budget (--pipeline.model.max-gaussians).",
 )

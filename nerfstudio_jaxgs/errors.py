@@ -1,8 +1,11 @@
 """Bad input ends a jax-gs run with one line naming the file, not a traceback from deep inside
 nerfstudio, PIL or torch, and never with an interactive prompt nobody can answer.
 
-- `check_scene` looks at the scene before nerfstudio's dataparser does: the folder, the JSON files
-  the nerfstudio-data and blender-data parsers read, the images they list, COLMAP's model folder.
+- `check_scene` looks at the scene before nerfstudio's dataparser does, for what nerfstudio itself
+  reports with a traceback: the folder, the JSON files the nerfstudio-data and blender-data parsers
+  read, the images they list (any of the files nerfstudio would read), COLMAP's model folder. It
+  never rejects what nerfstudio loads; where nerfstudio's own loading fails later, `user_errors`
+  names the file (and, for a missing images/ folder beside images_N/, the flag to pass).
 - `user_errors` turns the file errors that still happen later (an image that cannot be decoded, a
   checkpoint that cannot be read) into `InputError`.
 - `install_excepthook` prints an `InputError`, or a failed `torch.load` in nerfstudio's own
@@ -91,9 +94,6 @@ def check_scene(dataparser, data=None) -> None:
         for part in ("cameras", "images"):
             if not any((model / f"{part}{ext}").is_file() for ext in (".bin", ".txt")):
                 raise InputError(f"COLMAP model {model} has no {part}.bin or {part}.txt")
-        images = data / dataparser.images_path
-        if not images.is_dir() or not any(images.iterdir()):
-            raise InputError(f"the scene has no images: {images} is missing or empty")
 
 
 @contextlib.contextmanager
@@ -104,12 +104,26 @@ def user_errors(what: str):
     except InputError:
         raise
     except FileNotFoundError as e:
-        raise InputError(f"{what}: missing file {e.filename}") from None
+        raise InputError(f"{what}: missing file {e.filename}{_downscaled_hint(e.filename)}") from None
     except json.JSONDecodeError as e:
         raise InputError(f"{what}: invalid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
     except OSError as e:  # PIL's UnidentifiedImageError is an OSError and names the file
         name = getattr(e, "filename", None)
         raise InputError(f"{what}: {name + ': ' if name else ''}{e.strerror or e}") from None
+
+
+def _downscaled_hint(filename) -> str:
+    """When a file's folder is missing but downscaled copies of it exist (images_4/ ...), say so."""
+    if not filename:
+        return ""
+    folder = Path(filename).parent
+    if folder.exists() or not folder.parent.is_dir():
+        return ""
+    copies = sorted(d.name for d in folder.parent.glob(folder.name + "_*") if d.is_dir())
+    if not copies:
+        return ""
+    return (f" ({folder.name}/ does not exist, the scene has {', '.join(c + '/' for c in copies)}: pass the "
+            f"dataparser --downscale-factor {copies[0].rsplit('_', 1)[-1]} to train on those)")
 
 
 def _checkpoint_paths(tb):
@@ -167,6 +181,10 @@ def no_prompts():
     original = Confirm.ask
 
     def ask(prompt="", *args, default=False, **kwargs):
+        if "downscale the images" in str(prompt):  # nerfstudio would exit(1) without a word on "no"
+            raise InputError("the downscaled images the dataparser's --downscale-factor asks for do not exist "
+                             "(nerfstudio offers to make them when run in a terminal; or use ns-process-data, or "
+                             "leave out --downscale-factor)")
         sys.stderr.write(f"jax-gs: non-interactive run, answering {'yes' if default else 'no'} to: {prompt}\n")
         return bool(default) if default is not ... else False
 

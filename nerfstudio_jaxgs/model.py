@@ -19,38 +19,35 @@ PREFIX = "jaxgs"  # state-dict keys: "jaxgs.train<name>" (whole training state) 
 
 @dataclass
 class JaxGSModelConfig(SplatfactoModelConfig):
-    """jax-gs settings. Of splatfacto's fields, sh_degree, sh_degree_interval, num_random,
-    random_scale, random_init and background_color are used; the rest are splatfacto's own."""
+    """jax-gs settings: splatfacto's, under splatfacto's names (each drives the backend, or stops
+    the run with one line when it is set to something jax-gs does not implement yet: see
+    `settings.py`), plus the jax-gs ones below."""
 
     _target: Type = field(default_factory=lambda: JaxGSModel)
+    background_color: Literal["auto", "random", "black", "white"] = "auto"
+    """Background behind the Gaussians. "auto": the colour the dataparser composites RGBA images on
+    (blender-data's alpha-color) for training, evaluation and viewing; otherwise splatfacto's
+    rule, "random" in training (renders outside training on black)."""
     steps_per_block: int = 100
     """Training steps compiled into one XLA program (one trainer iteration advances this many)."""
     rasterizer: Literal["flat", "standard"] = "flat"
     """Rasterizer: "flat" (all tiles on one axis, built for TPUs/XLA) or "standard"."""
     strategy: Literal["default", "mcmc"] = "default"
-    """Density control: 3DGS/gsplat default (clone/split/prune) or 3DGS-MCMC (fixed budget)."""
+    """Density control: splatfacto's (gsplat's default: clone/split/prune) or 3DGS-MCMC (fixed budget)."""
     max_gaussians: int = 0
     """Gaussian budget: caps growth (default strategy; 0 = no cap) or the MCMC budget (0 = 1,000,000)."""
     snapshot_every: int = 0
     """Every this many steps, write the Gaussians as a PLY and a preview render of the first
     evaluation view under the run's folder (snapshots/), from a background thread while the next
     block trains (0: never)."""
-    background_color: Literal["random", "black", "white"] = "black"
-    """Background behind the Gaussians during training ("random" only makes sense with RGBA images)."""
-    refine_every: int = 100
-    refine_start: int = 500
-    refine_stop: int = 15000
-    reset_every: int = 3000
-    grow_grad2d: float = 0.0002
-    absgrad: bool = False
-    """Densify on gsplat's absolute screen gradients (then use grow_grad2d about 0.0008)."""
     viewer_bucket: int = 64
     """Viewer renders are padded up to a multiple of this many pixels, so moving the camera or
     small window changes do not recompile."""
     num_devices: int = 0
-    """Data-parallel devices (jax.pmap, gradients averaged with pmean): 0 = all local devices.
-    Each device renders views_per_device views per step, so one step trains on
-    num_devices x views_per_device views; the step count and learning-rate schedule stay per step."""
+    """Data-parallel devices (jax.pmap, gradients averaged with pmean): 0 = all local devices
+    (--machine.num-devices sets it too). Each device renders views_per_device views per step, so
+    one step trains on num_devices x views_per_device views; the step count and learning-rate
+    schedule stay per step."""
     views_per_device: int = 1
     """Views each device renders per step (a batch; 1 = the 3DGS recipe)."""
     seed: int = 0
@@ -65,14 +62,17 @@ class JaxGSModel(SplatfactoModel):
 
         from jax_backend import init_from_points, init_random
 
+        from .settings import init_settings
+
+        init = init_settings(self.config)
         seed_points = getattr(self, "seed_points", None)  # SplatfactoModel.__init__ keeps them there
-        if seed_points is not None and not self.config.random_init and len(seed_points[0]) > 0:
+        if seed_points is not None and not init["random"] and len(seed_points[0]) > 0:
             pts, rgb = (np.asarray(x.cpu() if hasattr(x, "cpu") else x) for x in seed_points)
-            self.gaussians = init_from_points(pts, rgb, sh_degree=self.config.sh_degree, seed=self.config.seed)
+            self.gaussians = init_from_points(pts, rgb, sh_degree=init["sh_degree"], seed=init["seed"])
         else:
-            s = self.config.random_scale / 2
-            self.gaussians = init_random(self.config.num_random, [-s] * 3, [s] * 3, sh_degree=self.config.sh_degree,
-                                         seed=self.config.seed)
+            s = init["random_scale"] / 2
+            self.gaussians = init_random(init["num_random"], [-s] * 3, [s] * 3, sh_degree=init["sh_degree"],
+                                         seed=init["seed"])
         self.engine = None  # jax_backend.Trainer, attached by the pipeline for training
         self._pending_state = None  # checkpoint arrays waiting for the engine
         self._trained_steps = 0
@@ -81,10 +81,28 @@ class JaxGSModel(SplatfactoModel):
         self.ssim = StructuralSimilarityIndexMeasure(data_range=1.0)
         self.lpips = self._try_lpips()
         self.crop_box = None
-        # rendering outside training (viewer, eval, export previews): the configured colour, black for
-        # "random" (as splatfacto does)
-        self.background_color = torch.tensor([1.0, 1.0, 1.0] if self.config.background_color == "white" else [0.0] * 3)
+        self.data_background = None  # the colour the dataparser composites RGBA images on (set by the pipeline)
+        self.background_color = self._render_background()  # the viewer replaces it (set_background)
         self.step = 0
+
+    def set_data_background(self, color) -> None:
+        """The colour the dataparser composites RGBA images on (None: it does not)."""
+        self.data_background = None if color is None else tuple(float(c) for c in np.asarray(color).reshape(3))
+        self.background_color = self._render_background()
+
+    def training_background(self):
+        """What the backend composites training renders on (`settings.training_background`)."""
+        from .settings import training_background
+
+        return training_background(self.config, self.data_background)
+
+    def _render_background(self) -> torch.Tensor:
+        """Renders outside training (eval, previews; the viewer sets its own): the training
+        background, black for "random"."""
+        bg = self.training_background()
+        if isinstance(bg, tuple):
+            return torch.tensor(bg, dtype=torch.float32)
+        return torch.tensor([1.0, 1.0, 1.0] if bg == "white" else [0.0] * 3)
 
     @staticmethod
     def _try_lpips():
@@ -97,26 +115,17 @@ class JaxGSModel(SplatfactoModel):
             print(f"[jax-gs] LPIPS skipped: its pretrained weights are not available ({type(e).__name__})")
             return None
 
-    def strategy_settings(self) -> dict:
-        """The settings of the configured strategy, as `jax_backend.make_strategy` takes them."""
-        c = self.config
-        if c.strategy == "default":
-            return dict(grow_grad2d=c.grow_grad2d, refine_start=c.refine_start, refine_stop=c.refine_stop,
-                        refine_every=c.refine_every, reset_every=c.reset_every, absgrad=c.absgrad,
-                        budget=c.max_gaussians)
-        return dict(budget=c.max_gaussians, refine_start=c.refine_start, refine_every=c.refine_every)
-
-    def attach_engine(self, dataset, scene_scale: float, max_steps: int):
-        """Build the JAX trainer on the on-device dataset (and restore a pending checkpoint)."""
+    def attach_engine(self, dataset, scene_scale: float, max_steps: int, optimizers=None):
+        """Build the JAX trainer on the on-device dataset for a run ending at step `max_steps`
+        (and restore a pending checkpoint). `optimizers`: nerfstudio's `--optimizers` dict."""
         import jax
 
-        from jax_backend import TrainConfig, Trainer, make_strategy
+        from jax_backend import Trainer
+
+        from .settings import train_config
 
         c = self.config
-        cfg = TrainConfig(max_steps=max_steps, steps_per_block=c.steps_per_block, rasterizer=c.rasterizer,
-                          sh_degree=c.sh_degree, sh_degree_interval=c.sh_degree_interval, ssim_lambda=c.ssim_lambda,
-                          background=c.background_color, strategy=make_strategy(c.strategy, **self.strategy_settings()),
-                          seed=c.seed)
+        cfg = train_config(c, max_steps, self.num_train_data, optimizers, self.training_background())
         num_devices = c.num_devices or len(jax.local_devices())
         if num_devices > len(jax.local_devices()):
             raise InputError(f"num-devices {num_devices}: this host has {len(jax.local_devices())} JAX device(s)")

@@ -26,9 +26,15 @@ class JaxGSPipeline(VanillaPipeline):
         check_scene(dm.dataparser, getattr(dm, "data", None))
         with no_prompts(), user_errors("loading the scene"):
             super().__init__(config, *args, **kwargs)
+        outputs = getattr(self.datamanager, "train_dataparser_outputs", None)
+        self.model.set_data_background(getattr(outputs, "alpha_color", None))
+        from .viewer import install_first_view
 
-    def ensure_engine(self, max_steps: int):
-        """Build the on-device dataset and the engine on first use (not for viewing or export)."""
+        install_first_view()  # ns-viewer and ns-train's viewer open at a training camera
+
+    def ensure_engine(self, max_steps: int, optimizers=None):
+        """Build the on-device dataset and the engine on first use (not for viewing or export),
+        for a run ending at step `max_steps`; `optimizers`: nerfstudio's `--optimizers` dict."""
         model = self.model
         if model.engine is not None:
             return model.engine
@@ -45,7 +51,7 @@ class JaxGSPipeline(VanillaPipeline):
             masks = [np.asarray(d["mask"].cpu().numpy())[..., 0].astype(bool) for d in cached]
         viewmats, Ks, _, _ = cameras_to_opencv(dm.train_dataset.cameras)
         data = make_dataset(images, viewmats, Ks, masks)
-        model.attach_engine(data, max(scene_extent(viewmats), 1e-3), max_steps)
+        model.attach_engine(data, max(scene_extent(viewmats), 1e-3), max_steps, optimizers)
         return model.engine
 
     def make_snapshots(self, out_dir):

@@ -21,6 +21,19 @@ from jax_backend.training.schedule import crossed  # light: no JAX import at con
 class JaxGSTrainerConfig(TrainerConfig):
     _target: Type = field(default_factory=lambda: JaxGSTrainer)
 
+    def __post_init__(self) -> None:
+        """nerfstudio's `--machine.num-devices N` would start N torch DDP processes (CUDA only): jax-gs
+        trains on N local JAX devices in this one process instead (the model's num-devices)."""
+        machine, model = self.machine, self.pipeline.model
+        if machine.num_machines > 1:
+            raise SystemExit(f"jax-gs: error: --machine.num-machines {machine.num_machines}: ns-train jax-gs runs on "
+                             f"one host; for several, see scripts/train_multihost.py")
+        if machine.num_devices > 1:
+            if model.num_devices not in (0, machine.num_devices):
+                raise SystemExit(f"jax-gs: error: --machine.num-devices {machine.num_devices} and "
+                                 f"--pipeline.model.num-devices {model.num_devices} disagree")
+            model.num_devices, machine.num_devices = machine.num_devices, 1
+
 
 class JaxGSTrainer(Trainer):
     def train(self) -> None:
@@ -35,7 +48,7 @@ class JaxGSTrainer(Trainer):
         end = self._start_step + self.config.max_num_iterations
         self.stop_training = False
         with self.train_lock:
-            self.pipeline.ensure_engine(self.config.max_num_iterations)
+            self.pipeline.ensure_engine(end, self.config.optimizers)
         snapshots = self.pipeline.make_snapshots(self.base_dir / "snapshots")
         try:
             self._train_blocks(done, end, block, snapshots)

@@ -7,10 +7,15 @@ bash scripts/system_deps.sh
 out="${OUT_DIR:-outputs}"
 steps="${STEPS:-1500}"
 device="${DEVICE:-cpu}"
-run="$out/fox/jax-gs/main"
-ns-train jax-gs --data data/fox --output-dir "$out" --timestamp main --max-num-iterations "$steps" \
+run="$out/fox/jax-gs-mcmc/main"
+# jax-gs-mcmc (3DGS-MCMC density control) from 20,000 random Gaussians, with the recipe measured for
+# this short run: full resolution from the start, the means' learning rate decaying over the run,
+# black background
+ns-train jax-gs-mcmc --data data/fox --output-dir "$out" --timestamp main --max-num-iterations "$steps" \
   --vis tensorboard --machine.device-type "$device" --viewer.quit-on-train-completion True \
-  --pipeline.model.strategy mcmc --pipeline.model.num-random 20000 --pipeline.model.random-scale 1.0 \
+  --pipeline.model.num-random 20000 --pipeline.model.random-scale 1.0 \
+  --pipeline.model.num-downscales 0 --pipeline.model.background-color black \
+  --optimizers.means.scheduler.max-steps "$steps" \
   nerfstudio-data --eval-mode interval --eval-interval 8
 ns-export gaussian-splat --load-config "$run/config.yml" --output-dir "$run/export"
 ns-eval --load-config "$run/config.yml" --output-path "$run/eval.json"

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# System libraries nerfstudio needs beyond pip: open3d (imported by `ns-export`) loads libusb.
+# System programs and libraries nerfstudio needs beyond pip: open3d (imported by `ns-export`) loads
+# libusb; `ns-render` calls the ffmpeg binary (even for image output).
 set -euo pipefail
-if ! ldconfig -p 2>/dev/null | grep -q libusb-1.0.so.0; then
+missing=()
+ldconfig -p 2>/dev/null | grep -q libusb-1.0.so.0 || missing+=(libusb-1.0-0)
+command -v ffmpeg >/dev/null || missing+=(ffmpeg)
+if (( ${#missing[@]} )); then
   if command -v apt-get >/dev/null && [[ $(id -u) -eq 0 ]]; then
-    apt-get update -qq && apt-get install -y -qq libusb-1.0-0 >/dev/null
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   else
-    echo "jax-gs: ns-export needs libusb-1.0 (Debian/Ubuntu: sudo apt-get install libusb-1.0-0)" >&2
+    echo "jax-gs: nerfstudio needs ${missing[*]} (Debian/Ubuntu: sudo apt-get install ${missing[*]})" >&2
     exit 1
   fi
 fi

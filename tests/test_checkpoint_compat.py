@@ -51,7 +51,7 @@ def test_old_plugin_state_dict_loads_for_viewing_and_for_training(scene):
     from nerfstudio_jaxgs.model import JaxGSModelConfig
 
     state = torch.load(DATA / "old_model_state.pt", weights_only=True)
-    cfg = JaxGSModelConfig(num_random=64, random_scale=2.0, sh_degree=1, steps_per_block=20, refine_start=10,
+    cfg = JaxGSModelConfig(num_random=64, random_scale=2.0, sh_degree=1, steps_per_block=20, warmup_length=10,
                            refine_every=20)
 
     def model():

@@ -127,11 +127,31 @@ def test_colmap_scene_from_the_fox_poses(tmp_path):
 
 
 @pytest.mark.slow
+def test_colmap_capture_with_only_downscaled_images(tmp_path):
+    """What LLFF-style downloads look like: sparse/0 (here colmap/sparse/0) and images_4/ only."""
+    from PIL import Image
+
+    scene = tmp_path / "scene"
+    write_colmap_scene(scene)
+    (scene / "images_4").mkdir()
+    for p in sorted((scene / "images").iterdir()):
+        im = Image.open(p)
+        im.resize((im.width // 4, im.height // 4), Image.LANCZOS).save(scene / "images_4" / p.name)
+    shutil.rmtree(scene / "images")
+    _run([BIN / "ns-train", "jax-gs", "--data", scene, "--output-dir", tmp_path / "out", "--timestamp", "a",
+          "--max-num-iterations", "50", *COMMON, "colmap", "--downscale-factor", "4"])
+    run = tmp_path / "out" / "scene" / "jax-gs" / "a"
+    _run([BIN / "ns-eval", "--load-config", run / "config.yml", "--output-path", tmp_path / "e.json"])
+    assert json.loads((tmp_path / "e.json").read_text())["results"]["psnr"] > 7
+
+
+@pytest.mark.slow
 def test_blender_data_synthetic_scene(tmp_path):
     scene = tmp_path / "synth"
     write_blender_scene(scene)
+    # the plain command: blender-data composites the RGBA images on white, and jax-gs follows
     _run([BIN / "ns-train", "jax-gs", "--data", scene, "--output-dir", tmp_path / "out", "--timestamp", "a",
-          "--max-num-iterations", "300", "--pipeline.model.background-color", "white",
+          "--max-num-iterations", "300", "--pipeline.model.num-downscales", "0",
           "--pipeline.model.num-random", "2000", "--pipeline.model.random-scale", "2.0", *COMMON, "blender-data"])
     run = tmp_path / "out" / "synth" / "jax-gs" / "a"
     assert (run / "nerfstudio_models" / "step-000000299.ckpt").exists()

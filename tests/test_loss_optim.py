@@ -60,14 +60,14 @@ def test_optimizer_groups_use_3dgs_learning_rates():
     ones = jax.tree_util.tree_map(jnp.ones_like, g.params)
     updates, state = tx.update(ones, state, g.params)
     # Adam's first step moves every coordinate by exactly its learning rate
-    expect = {"means": cfg.means_lr * extent, "scales": 5e-3, "quats": 1e-3, "opacities": 5e-2, "sh0": 2.5e-3,
+    expect = {"means": cfg.means.lr * extent, "scales": 5e-3, "quats": 1e-3, "opacities": 5e-2, "sh0": 2.5e-3,
               "shN": 2.5e-3 / 20}
     for name, lr in expect.items():
         np.testing.assert_allclose(np.asarray(updates[name]), -lr, rtol=1e-5, err_msg=name)
     # the means' rate decays exponentially to the final value over the run
     for _ in range(steps - 1):
         updates, state = tx.update(ones, state, g.params)
-    np.testing.assert_allclose(np.asarray(updates["means"]), -cfg.means_lr_final * extent, rtol=2e-2)
+    np.testing.assert_allclose(np.asarray(updates["means"]), -cfg.means.lr_final * extent, rtol=2e-2)
 
 
 def test_zero_moments_only_touches_chosen_slots_and_groups():

@@ -21,7 +21,7 @@ def _pair(train, strategy, steps=30):
     # apart by ~lr per step in such entries. With eps 1e-6 those entries stay put and the
     # comparison measures the data-parallel math itself.
     cfg = TrainConfig(max_steps=200, steps_per_block=10, sh_degree=1, sh_degree_interval=10, strategy=strategy,
-                      optim=OptimConfig(eps=1e-6))
+                      optim=OptimConfig().with_eps(1e-6))
     g = init_random(256, -1, 1, sh_degree=1, capacity=1024)
     par = Trainer(cfg, train, g, scene_scale=1.5, num_devices=4, views_per_device=1, log=lambda m: None)
     one = Trainer(cfg, train, g, scene_scale=1.5, num_devices=1, views_per_device=4, log=lambda m: None)

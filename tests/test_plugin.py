@@ -209,18 +209,66 @@ def test_train_export_view_resume_eval_on_the_bundled_scene(tmp_path):
                                "--timestamp", "c", "--load-dir", bad.parent, *common, *data])
     assert line.startswith("jax-gs: error: checkpoint") and str(bad) in line
 
-    # ns-eval writes PSNR and SSIM
-    _run([BIN / "ns-eval", "--load-config", run / "config.yml", "--output-path", tmp_path / "eval.json"])
+    # ns-eval writes PSNR and SSIM (and, with --render-output-path, its renders)
+    _run([BIN / "ns-eval", "--load-config", run / "config.yml", "--output-path", tmp_path / "eval.json",
+          "--render-output-path", tmp_path / "eval_renders"])
+    assert _frames_show_the_scene(tmp_path / "eval_renders", at_least=8)
+
+    # ns-render (needs ffmpeg even for images): interpolate, spiral and a camera path
+    common_render = ["--load-config", run / "config.yml", "--output-format", "images", "--image-format", "png"]
+    _run([BIN / "ns-render", "interpolate", *common_render, "--output-path", tmp_path / "interp",
+          "--interpolation-steps", "2", "--frame-rate", "4"])
+    assert _frames_show_the_scene(tmp_path / "interp", at_least=4)
+    _run([BIN / "ns-render", "spiral", *common_render, "--output-path", tmp_path / "spiral", "--seconds", "1",
+          "--frame-rate", "4"])
+    assert _frames_show_the_scene(tmp_path / "spiral", at_least=4)
+    path = tmp_path / "camera_path.json"
+    _write_camera_path(run, path)
+    _run([BIN / "ns-render", "camera-path", *common_render, "--camera-path-filename", path, "--output-path",
+          tmp_path / "path"])
+    assert _frames_show_the_scene(tmp_path / "path", at_least=3)
+
+
+def _frames_show_the_scene(folder, at_least: int) -> bool:
+    """Rendered frames of the fox: enough of them, each lit and varied (not black, not flat)."""
+    from PIL import Image
+
+    frames = sorted(p for p in folder.rglob("*") if p.suffix in (".png", ".jpg"))
+    assert len(frames) >= at_least, (folder, [p.name for p in frames])
+    for p in frames:
+        im = np.asarray(Image.open(p).convert("RGB"), np.float64)
+        assert im.mean() > 20 and im.std() > 10, (p, im.mean(), im.std())
+    return True
+
+
+def _write_camera_path(run, path):
+    """nerfstudio's camera-path file (what the viewer's render panel writes): three of the
+    training cameras, in the dataparser's world frame."""
+    from nerfstudio.utils.eval_utils import eval_setup
+
+    _, pipeline, _, _ = eval_setup(run / "config.yml", test_mode="test")
+    cams = pipeline.datamanager.train_dataset.cameras
+    keyframes = []
+    for i in (0, 10, 20):
+        c2w = np.eye(4)
+        c2w[:3] = cams.camera_to_worlds[i].numpy()
+        fov = float(2 * np.degrees(np.arctan(0.5 * float(cams.height[i]) / float(cams.fy[i]))))
+        keyframes.append({"camera_to_world": c2w.reshape(-1).tolist(), "fov": fov,
+                          "aspect": float(cams.width[i] / cams.height[i])})
+    path.write_text(json.dumps({"camera_type": "perspective", "render_height": int(cams.height[0]),
+                                "render_width": int(cams.width[0]), "camera_path": keyframes, "fps": 3,
+                                "seconds": 1.0}))
     results = json.loads((tmp_path / "eval.json").read_text())["results"]
     assert results["psnr"] > 7 and 0 < results["ssim"] <= 1  # a black frame scores 5.5 dB on the fox
 
 
 @pytest.mark.slow
 def test_ns_train_on_four_devices(tmp_path):
-    """--pipeline.model.num-devices 4 on four forced CPU devices: trains, checkpoints, exports."""
+    """nerfstudio's own --machine.num-devices 4 on four forced CPU devices: one process (no torch
+    DDP launch), pmap over the four; trains and checkpoints."""
     args = [BIN / "ns-train", "jax-gs", "--data", FOX, "--max-num-iterations", "40", "--timestamp", "p",
             "--vis", "tensorboard", "--viewer.quit-on-train-completion", "True", "--output-dir", tmp_path,
-            "--pipeline.model.num-devices", "4", "--pipeline.model.steps-per-block", "20",
+            "--machine.num-devices", "4", "--pipeline.model.steps-per-block", "20",
             "--pipeline.model.num-random", "3000", "--pipeline.model.random-scale", "1.0"]
     out = run_command(args, XLA_FLAGS="--xla_force_host_platform_device_count=4")
     assert "data parallel: 4 device(s) x 1 view(s) per step" in out.stdout

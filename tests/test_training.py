@@ -163,3 +163,36 @@ def test_kill_during_write_leaves_previous_file_intact(tmp_path):
         proc.wait()
     data = target.read_bytes()
     assert len(data) == 8 << 20 and data.count(data[:1]) == len(data)  # one whole version
+
+
+def test_a_run_never_ends_on_a_refinement(scene):
+    """200 steps with an opacity reset every 100: the reset at 100 happens, the one that would fall
+    on the last step does not, and the run ends with the opacities it trained."""
+    _, train, _ = scene
+    strategy = DefaultStrategy(refine_start=0, refine_every=100, reset_every=100)
+    tr = _trainer(train, strategy, 256, 200)
+    infos = []
+    tr.train(callback=lambda t, m, i: infos.append(i))
+    assert [i.opacity_reset for i in infos] == [False, True, False, False]  # blocks ending at 50, 100, 150, 200
+    assert not infos[-1].refined
+    o = np.asarray(jax.nn.sigmoid(tr.state.gaussians.params["opacities"]))[np.asarray(tr.state.gaussians.alive)]
+    assert o.max() > 0.05  # trained back up after the reset at 100, not cut to 0.01 at the end
+
+
+def test_coarse_to_fine_training_resolution(scene):
+    from jax_backend.training.data import downscale_views
+
+    _, train, _ = scene
+    views = jnp.arange(2)
+    images, masks, Ks, w, h = downscale_views(train, views, 2)
+    full = np.asarray(train.images[:2], np.float32) / 255.0
+    H, W = full.shape[1] // 2 * 2, full.shape[2] // 2 * 2
+    expect = full[:, :H, :W].reshape(2, H // 2, 2, W // 2, 2, -1).mean((2, 4))
+    np.testing.assert_allclose(np.asarray(images), expect, atol=1e-6)
+    assert (w, h) == (W // 2, H // 2) and masks.shape == (2, h, w)
+    np.testing.assert_allclose(np.asarray(Ks)[:, :2], np.asarray(train.Ks[:2])[:, :2] / 2)
+    # a run with one downscale level trains at half resolution for its first 50 steps
+    tr = _trainer(train, DefaultStrategy(refine_start=10**6), 256, 100, num_downscales=1, resolution_schedule=50)
+    coarse, _ = tr.run_block()
+    fine, _ = tr.run_block()
+    assert coarse["num_intersections"].mean() < 0.7 * fine["num_intersections"].mean()

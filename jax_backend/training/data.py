@@ -139,6 +139,26 @@ def replicate(tree, devices):  # device placement for pmap
     return jax.tree_util.tree_map(one, tree)
 
 
+def downscale_views(data: Dataset, views, factor: int):
+    """The given views' images as float targets, downscaled by a static integer `factor` (the
+    mean of each factor x factor block; a block is valid when all its pixels are), and their
+    intrinsics scaled to match.
+
+    Returns:
+      (images [B, H/f, W/f, C] float32 in [0, 1], masks [B, H/f, W/f], Ks [B, 3, 3], width, height).
+    """
+    images = data.images[views].astype(jnp.float32) / 255.0
+    masks, Ks = data.masks[views], data.Ks[views]
+    if factor == 1:
+        return images, masks, Ks, data.width, data.height
+    B, H, W, C = images.shape
+    h, w = H // factor, W // factor
+    images = images[:, : h * factor, : w * factor].reshape(B, h, factor, w, factor, C).mean((2, 4))
+    masks = masks[:, : h * factor, : w * factor].reshape(B, h, factor, w, factor).all((2, 4))
+    Ks = Ks.at[:, :2, :].divide(float(factor)).at[:, 2, 2].set(1.0)
+    return images, masks, Ks, w, h
+
+
 def scene_extent(viewmats) -> float:
     """The 3DGS "cameras extent": 1.1 x the largest distance of a camera centre from their mean.
 

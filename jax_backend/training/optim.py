@@ -1,8 +1,9 @@
-"""One Adam per parameter group with the 3DGS learning rates (optax.multi_transform); the means'
-rate decays exponentially over the run."""
+"""One Adam per parameter group (optax.multi_transform), each with its own learning rate, eps and
+optional exponential decay; the defaults are the 3DGS ones (splatfacto's `--optimizers.*`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Optional
 
 import optax
 
@@ -10,39 +11,56 @@ from .gaussians import PARAM_NAMES
 
 
 @dataclass(frozen=True)
-class OptimConfig:
-    """Learning rates (the 3DGS ones by default) and Adam's eps."""
+class GroupConfig:
+    """One parameter group's Adam."""
 
-    means_lr: float = 1.6e-4  # times the scene extent
-    means_lr_final: float = 1.6e-6  # times the scene extent, reached at the last step
-    scales_lr: float = 5e-3
-    quats_lr: float = 1e-3
-    opacities_lr: float = 5e-2
-    sh0_lr: float = 2.5e-3
-    shN_lr: float = 2.5e-3 / 20
+    lr: float
+    lr_final: Optional[float] = None  # exponential decay from lr to this over decay_steps (None: constant)
+    decay_steps: int = 0  # 0: over the whole run (TrainConfig.max_steps)
     eps: float = 1e-15
+    times_extent: bool = False  # lr and lr_final are times the scene extent (the means', as 3DGS)
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """Adam settings per parameter group (PARAM_NAMES), the 3DGS ones by default."""
+
+    means: GroupConfig = field(default_factory=lambda: GroupConfig(1.6e-4, 1.6e-6, times_extent=True))
+    scales: GroupConfig = field(default_factory=lambda: GroupConfig(5e-3))
+    quats: GroupConfig = field(default_factory=lambda: GroupConfig(1e-3))
+    opacities: GroupConfig = field(default_factory=lambda: GroupConfig(5e-2))
+    sh0: GroupConfig = field(default_factory=lambda: GroupConfig(2.5e-3))
+    shN: GroupConfig = field(default_factory=lambda: GroupConfig(2.5e-3 / 20))
+
+    def with_eps(self, eps: float) -> "OptimConfig":
+        """The same with every group's eps set to `eps`."""
+        return replace(self, **{n: replace(getattr(self, n), eps=eps) for n in PARAM_NAMES})
+
+
+def lr_schedule(group: GroupConfig, scene_extent: float, max_steps: int):
+    """The group's learning rate as an optax schedule (a constant when it does not decay)."""
+    k = scene_extent if group.times_extent else 1.0
+    if group.lr_final is None:
+        return optax.constant_schedule(group.lr * k)
+    return optax.exponential_decay(
+        init_value=group.lr * k,
+        transition_steps=max(group.decay_steps or max_steps, 1),
+        decay_rate=group.lr_final / group.lr,
+        end_value=group.lr_final * k,
+    )
 
 
 def means_schedule(cfg: OptimConfig, scene_extent: float, max_steps: int):
-    """Exponential decay from means_lr to means_lr_final (both times the extent) over the run."""
-    return optax.exponential_decay(
-        init_value=cfg.means_lr * scene_extent,
-        transition_steps=max(max_steps, 1),
-        decay_rate=cfg.means_lr_final / cfg.means_lr,
-        end_value=cfg.means_lr_final * scene_extent,
-    )
+    """The means' learning rate schedule (MCMC's position noise follows it)."""
+    return lr_schedule(cfg.means, scene_extent, max_steps)
 
 
 def make_optimizer(cfg: OptimConfig, scene_extent: float, max_steps: int) -> optax.GradientTransformation:
     """One Adam per parameter group (PARAM_NAMES), over a `Gaussians.params` dict."""
-    lrs = {
-        "means": means_schedule(cfg, scene_extent, max_steps),
-        "scales": cfg.scales_lr,
-        "quats": cfg.quats_lr,
-        "opacities": cfg.opacities_lr,
-        "sh0": cfg.sh0_lr,
-        "shN": cfg.shN_lr,
-    }
-    return optax.multi_transform(
-        {name: optax.adam(lrs[name], eps=cfg.eps) for name in PARAM_NAMES}, {name: name for name in PARAM_NAMES}
-    )
+    def adam(name):
+        group = getattr(cfg, name)
+        if group.lr_final is None:  # a plain float: no schedule state
+            return optax.adam(group.lr * (scene_extent if group.times_extent else 1.0), eps=group.eps)
+        return optax.adam(lr_schedule(group, scene_extent, max_steps), eps=group.eps)
+
+    return optax.multi_transform({name: adam(name) for name in PARAM_NAMES}, {name: name for name in PARAM_NAMES})

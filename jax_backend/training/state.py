@@ -100,10 +100,14 @@ def gaussians_arrays(gaussians: Gaussians) -> dict:
 
 def from_named_arrays(template, arrays: dict, source="checkpoint"):
     """A tree of the template's structure filled from `named_arrays` output of the same structure
-    and shapes (dtypes follow the template). CheckpointError naming `source` and the entry otherwise."""
+    and shapes (dtypes follow the template). Density statistics the arrays lack start at zero;
+    anything else missing or of another shape: CheckpointError naming `source` and the entry."""
     leaves = []
     for p, x in jax.tree_util.tree_flatten_with_path(template)[0]:
         name = jax.tree_util.keystr(p)
+        if name not in arrays and name.startswith(".stats"):
+            leaves.append(jnp.zeros_like(x))  # a statistic it did not keep: they restart from zero
+            continue                          # after every refinement anyway
         if name not in arrays:
             raise CheckpointError(f"{source}: has no entry {name} (saved by another configuration or version?)")
         a = np.asarray(arrays[name])

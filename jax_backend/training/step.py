@@ -4,52 +4,62 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Tuple, Union
 
 import jax
 import jax.numpy as jnp
 import optax
 
 from ..rendering import rasterization
-from .data import Dataset, ViewPlan
+from .data import Dataset, ViewPlan, downscale_views
 from .gaussians import Gaussians, activated
 from .loss import photometric_loss, psnr
 from .optim import OptimConfig
 from .schedule import sh_degree_at
 from .state import TrainState
-from .strategy import DefaultStrategy, Strategy
+from .strategy import DefaultStrategy, RefineInfo, Strategy
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     """Static settings of a run (hashable: they are compiled into the block program)."""
 
-    max_steps: int = 30_000
+    max_steps: int = 30_000  # the run's last step: no density control after it
     steps_per_block: int = 100
     rasterizer: str = "flat"
     sh_degree: int = 3
     sh_degree_interval: int = 1000  # one more SH band every this many steps
-    background: str = "black"  # "black" | "white" | "random"
+    background: Union[str, Tuple[float, float, float]] = "black"  # "black" | "white" | "random" | (r, g, b)
     ssim_lambda: float = 0.2
+    num_downscales: int = 0  # coarse to fine: train at 1 / 2^num_downscales of the resolution first, ...
+    resolution_schedule: int = 3000  # ... doubling it every this many steps
     strategy: Strategy = field(default_factory=DefaultStrategy)
     optim: OptimConfig = field(default_factory=OptimConfig)
     seed: int = 0
+
+    def downscale_at(self, step: int) -> int:
+        """Training images are downscaled by this factor from `step` on (coarse to fine)."""
+        return 2 ** max(self.num_downscales - step // max(self.resolution_schedule, 1), 0)
 
 
 BACKGROUNDS = ("black", "white", "random")
 
 
-def background_color(kind: str, key):
-    """[3] colour behind the Gaussians for one view of one step ("random": drawn from `key`)."""
+def background_color(kind, key):
+    """[3] colour behind the Gaussians for one view of one step ("random": drawn from `key`; an
+    (r, g, b) tuple in [0, 1]: that colour)."""
+    if isinstance(kind, (tuple, list)) and len(kind) == 3:
+        return jnp.asarray(kind, jnp.float32)
     if kind == "black":
         return jnp.zeros(3)
     if kind == "white":
         return jnp.ones(3)
     if kind == "random":
         return jax.random.uniform(key, (3,))
-    raise ValueError(f"background must be 'black', 'white' or 'random', got {kind!r}")
+    raise ValueError(f"background must be 'black', 'white', 'random' or an (r, g, b) tuple, got {kind!r}")
 
 
-def train_step(cfg: TrainConfig, tx, means_lr, isect_capacity: int, plan: ViewPlan, data: Dataset,
+def train_step(cfg: TrainConfig, tx, means_lr, isect_capacity: int, downscale: int, plan: ViewPlan, data: Dataset,
                state: TrainState, _):
     """One optimisation step on this replica's views.
 
@@ -59,7 +69,8 @@ def train_step(cfg: TrainConfig, tx, means_lr, isect_capacity: int, plan: ViewPl
 
     Args:
       cfg: the run's settings; tx: the optimizer; means_lr: the means' learning-rate schedule
-        (for the MCMC noise); isect_capacity: static intersection buffer size.
+        (for the MCMC noise); isect_capacity: static intersection buffer size; downscale: the
+        training images' static downscale factor (coarse to fine).
       plan: which views each step draws; data: the dataset on the device.
       state: the state before the step.
 
@@ -71,8 +82,7 @@ def train_step(cfg: TrainConfig, tx, means_lr, isect_capacity: int, plan: ViewPl
     key, k_bg, k_noise = jax.random.split(state.key, 3)
     views = plan.views(state.step)
     B = plan.views_per_replica
-    images = data.images[views].astype(jnp.float32) / 255.0
-    masks = data.masks[views]
+    images, masks, Ks, width, height = downscale_views(data, views, downscale)
     bgs = jax.vmap(lambda lane: background_color(cfg.background, jax.random.fold_in(k_bg, lane)))(plan.replica_lanes())
     targets = images[..., :3]
     if images.shape[-1] == 4:  # composite RGBA targets on this step's background
@@ -84,7 +94,7 @@ def train_step(cfg: TrainConfig, tx, means_lr, isect_capacity: int, plan: ViewPl
     def loss_fn(params, probe):
         means, quats, scales, opacities, sh = activated(params, g.alive)
         renders, _, meta = rasterization(
-            means, quats, scales, opacities, sh, data.viewmats[views], data.Ks[views], data.width, data.height,
+            means, quats, scales, opacities, sh, data.viewmats[views], Ks, width, height,
             sh_degree=sh_active, backgrounds=bgs, rasterizer=cfg.rasterizer, capacity=isect_capacity,
             means2d_probe=probe, absgrad=strategy.absgrad)
         per_view = jax.vmap(photometric_loss, in_axes=(0, 0, 0, None))(renders, targets, masks, cfg.ssim_lambda)
@@ -103,10 +113,8 @@ def train_step(cfg: TrainConfig, tx, means_lr, isect_capacity: int, plan: ViewPl
     # scaled each view's means2d gradient by 1/B)
     delta = strategy.init_stats(g.capacity)
     for c in range(B):
-        delta = strategy.accumulate(delta, state.step, probe_grad[c] * B, meta["radii"][c], data.width, data.height)
-    if axis is not None:
-        delta = jax.lax.psum(delta, axis)
-    stats = jax.tree_util.tree_map(jnp.add, state.stats, delta)
+        delta = strategy.accumulate(delta, state.step, probe_grad[c] * B, meta["radii"][c], width, height)
+    stats = strategy.merge_stats(state.stats, delta, axis)
     gaussians = strategy.post_step(k_noise, Gaussians(params, g.alive), state.step, means_lr(state.step))
     metrics = {
         "loss": per_view,
@@ -125,15 +133,17 @@ def refine_state(cfg: TrainConfig, tx, scene_scale: float, state: TrainState, st
     return state._replace(key=key), info
 
 
-def train_block(cfg: TrainConfig, tx, means_lr, scene_scale: float, isect_capacity: int, num_steps: int,
-                plan: ViewPlan, data: Dataset, state: TrainState):
+def train_block(cfg: TrainConfig, tx, means_lr, scene_scale: float, isect_capacity: int, downscale: int,
+                num_steps: int, plan: ViewPlan, data: Dataset, state: TrainState):
     """`num_steps` steps in one `lax.scan`, then density control. Per-step metrics come back as
     arrays [num_steps, views_per_replica]. Under pmap every replica holds the same state and
     statistics, so the density control below runs on each and agrees, with no host round trip."""
     step_before = state.step
-    state, metrics = jax.lax.scan(partial(train_step, cfg, tx, means_lr, isect_capacity, plan, data), state, None,
-                                  length=num_steps)
-    state, info = refine_state(cfg, tx, scene_scale, state, step_before)
+    state, metrics = jax.lax.scan(partial(train_step, cfg, tx, means_lr, isect_capacity, downscale, plan, data),
+                                  state, None, length=num_steps)
+    # no run ends on a refinement: nothing is densified, pruned or reset after the last step
+    state, info = jax.lax.cond(state.step < cfg.max_steps, partial(refine_state, cfg, tx, scene_scale),
+                               lambda st, _: (st, RefineInfo.none()), state, step_before)
     return state, metrics, info
 
 

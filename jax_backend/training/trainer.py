@@ -115,10 +115,11 @@ class Trainer:
         return int(meta["num_intersections"][0])
 
     def _block_fn(self, num_steps: int):
-        key = ("block", self.isect_capacity, num_steps)
+        downscale = self.cfg.downscale_at(self.step)  # a block keeps the factor it starts with
+        key = ("block", self.isect_capacity, downscale, num_steps)
         if key not in self._compiled:
             fn = partial(train_block, self.cfg, self.tx, self.means_lr, self.scene_scale, self.isect_capacity,
-                         num_steps, self.plan)
+                         downscale, num_steps, self.plan)
             # several processes: pmap over every process's devices (collectives span the hosts);
             # each process passes and gets back its own devices' slices
             devices = self.devices if jax.process_count() == 1 else None

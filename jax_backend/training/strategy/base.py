@@ -7,7 +7,9 @@ program) with explicit state, like gsplat's `strategy/` and optax's transformati
   they can be padded and moved with the Gaussians by `training.state`). They live in
   `TrainState.stats` and are checkpointed with it.
 - Every step, inside the compiled step: `accumulate(stats, step, means2d_grad, radii, width,
-  height)` adds the step's screen-space statistics of one view; `regularizer(params, alive)` is
+  height)` adds the step's screen-space statistics of one view into zeroed statistics, and
+  `merge_stats(stats, delta, axis_name)` folds them (over every replica) into the running ones;
+  `regularizer(params, alive)` is
   added to the loss; `post_step(key, gaussians, step, means_lr)` runs after the optimizer update.
 - At each block boundary, inside the same program: `refine(key, state, tx, step_before,
   scene_scale)` for the steps (step_before, state.step] just trained, with `training.schedule`
@@ -67,6 +69,10 @@ class Strategy(Protocol):
     def accumulate(self, stats: dict, step, means2d_grad, radii, width: int, height: int) -> dict:
         """Statistics after one view of one step: means2d_grad [capacity, 2] (pixels), radii
         [capacity] (0: not visible), the view's size."""
+
+    def merge_stats(self, stats: dict, delta: dict, axis_name=None) -> dict:
+        """`stats` updated with one step's `delta` (accumulated from `init_stats`), combined over
+        the replicas on the pmap axis `axis_name` first (None: one replica)."""
 
     def regularizer(self, params: dict, alive):
         """Scalar added to the loss (0.0 for none)."""

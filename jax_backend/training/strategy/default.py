@@ -18,40 +18,64 @@ from ..state import TrainState, gather_rows, select_rows, zero_moments
 from .base import RefineInfo, logit
 
 
-def assign_free_slots(source_mask, alive, capacity):
-    """Pair the i-th selected source with the i-th dead slot.
+def assign_free_slots(copies, alive, capacity):
+    """Give slot i `copies[i]` copies, in dead slots, in slot order.
+
+    Args:
+      copies: [capacity] int, copies wanted of each slot (0 for most).
+      alive: [capacity] bool.
 
     Returns:
       (src [capacity] int: the slot each slot copies from, itself when unchanged; new [capacity]
-      bool: slots that receive a copy; number of copies needed).
+      bool: slots that receive a copy; number of copies needed, which may exceed the dead slots:
+      then only the first ones are marked new and the caller must not use the result).
     """
-    n_needed = jnp.sum(source_mask)
+    n_needed = jnp.sum(copies)
     free = ~alive
-    src_ids = jnp.nonzero(source_mask, size=capacity, fill_value=0)[0]
+    ends = jnp.cumsum(copies)
     free_rank = jnp.cumsum(free) - 1
     new = free & (free_rank < n_needed)
-    src = jnp.where(new, src_ids[jnp.clip(free_rank, 0, capacity - 1)], jnp.arange(capacity))
+    owner = jnp.clip(jnp.searchsorted(ends, free_rank, side="right"), 0, capacity - 1)
+    src = jnp.where(new, owner, jnp.arange(capacity))
     return src, new, n_needed
 
 
 @dataclass(frozen=True)
 class DefaultStrategy:
-    """3DGS / gsplat default density control (thresholds as gsplat names them)."""
+    """3DGS / gsplat default density control (thresholds as gsplat's DefaultStrategy names them;
+    scene-relative sizes are times the scene extent). Steps count steps done: refinement "at step
+    t" runs after t steps."""
 
-    prune_opa: float = 0.005
-    grow_grad2d: float = 0.0002
-    grow_scale3d: float = 0.01
-    prune_scale3d: float = 0.1
+    prune_opa: float = 0.005  # prune below this opacity; the opacity reset sets 2x this
+    grow_grad2d: float = 0.0002  # densify above this mean NDC screen gradient
+    grow_scale3d: float = 0.01  # clone below / split above this largest scale (x extent)
+    grow_scale2d: float = 0.05  # also split above this screen radius (fraction of the image), ...
+    prune_scale3d: float = 0.1  # prune above this largest scale (x extent), after the first reset
+    prune_scale2d: float = 0.15  # ... and prune above this screen radius, ...
+    refine_scale2d_stop: int = 0  # ... before this step (0: no screen-size rules)
     refine_start: int = 500
     refine_stop: int = 15_000
     refine_every: int = 100
-    reset_every: int = 3000
+    reset_every: int = 3000  # opacity reset every this many steps (0: never)
+    pause_after_reset: int = 0  # no refinement for this many steps after a reset
+    n_split_samples: int = 2  # a split Gaussian becomes this many, scales / (0.8 n)
     absgrad: bool = False
     budget: int = 0  # most live Gaussians; 0: no limit
 
     def init_stats(self, capacity: int) -> dict:
-        """grad2d: summed NDC-scaled screen-gradient norms; count: views that saw the Gaussian."""
-        return {"grad2d": jnp.zeros((capacity,), jnp.float32), "count": jnp.zeros((capacity,), jnp.float32)}
+        """grad2d: summed NDC-scaled screen-gradient norms; count: views that saw the Gaussian;
+        with screen-size rules, radii: the largest screen radius seen (fraction of the image)."""
+        stats = {"grad2d": jnp.zeros((capacity,), jnp.float32), "count": jnp.zeros((capacity,), jnp.float32)}
+        if self.refine_scale2d_stop > 0:
+            stats["radii"] = jnp.zeros((capacity,), jnp.float32)
+        return stats
+
+    def merge_stats(self, stats, delta, axis_name=None):
+        """`stats` plus one step's `delta` (from `accumulate` on zeroed stats), over every replica
+        on `axis_name`: sums for gradients and counts, maxima for radii."""
+        if axis_name is not None:
+            delta = {k: (jax.lax.pmax if k == "radii" else jax.lax.psum)(v, axis_name) for k, v in delta.items()}
+        return {k: (jnp.maximum if k == "radii" else jnp.add)(stats[k], delta[k]) for k in stats}
 
     def accumulate(self, stats, step, means2d_grad, radii, width: int, height: int):
         """Add one view's screen-space gradient norms (NDC-scaled, as gsplat) of visible Gaussians.
@@ -66,10 +90,13 @@ class DefaultStrategy:
         g = means2d_grad * jnp.array([width / 2.0, height / 2.0])
         visible = radii > 0
         on = step < self.refine_stop
-        return {
+        out = {
             "grad2d": stats["grad2d"] + jnp.where(visible & on, jnp.linalg.norm(g, axis=-1), 0.0),
             "count": stats["count"] + jnp.where(visible & on, 1.0, 0.0),
         }
+        if "radii" in stats:
+            out["radii"] = jnp.maximum(stats["radii"], jnp.where(visible & on, radii / float(max(width, height)), 0.0))
+        return out
 
     def regularizer(self, params, alive):
         """None: 0."""
@@ -85,43 +112,53 @@ class DefaultStrategy:
         step_after = state.step
         due = (step_after > self.refine_start) & (step_after <= self.refine_stop) & crossed(
             step_before, step_after, self.refine_every)
+        if self.reset_every > 0 and self.pause_after_reset > 0:
+            due = due & (step_after % self.reset_every >= self.pause_after_reset)
         g, opt_state, stats, info = jax.lax.cond(
             due, lambda a: self._grow_and_prune(key, tx, *a, step_after, scene_scale),
             lambda a: a + (RefineInfo.none(),), (state.gaussians, state.opt_state, state.stats))
         reset = (step_after <= self.refine_stop) & crossed(step_before, step_after, self.reset_every)
+        reset = jnp.bool_(reset)
         g, opt_state = jax.lax.cond(reset, lambda a: self._reset_opacity(tx, *a), lambda a: a, (g, opt_state))
         return state._replace(gaussians=g, opt_state=opt_state, stats=stats), info._replace(opacity_reset=reset)
 
     def _grow_and_prune(self, key, tx, g: Gaussians, opt_state, stats, step, scene_scale):
         cap = g.capacity
         p, alive = g.params, g.alive
+        n = self.n_split_samples
         avg = stats["grad2d"] / jnp.maximum(stats["count"], 1.0)
         high = (avg > self.grow_grad2d) & alive
-        n_alive = jnp.sum(alive)
-        budget_bound = jnp.bool_(False)
-        if self.budget > 0:  # keep the candidates with the largest gradients
-            allowed = jnp.maximum(self.budget - n_alive, 0)
-            rank = jnp.argsort(jnp.argsort(-jnp.where(high, avg, -jnp.inf)))
-            budget_bound = jnp.sum(high) > allowed
-            high = high & (rank < allowed)
         small = jnp.max(jnp.exp(p["scales"]), axis=-1) <= self.grow_scale3d * scene_scale
         clone, split = high & small, high & ~small
-        src, new, n_new = assign_free_slots(high, alive, cap)
+        if "radii" in stats:  # large on screen: split too
+            split = split | (alive & (step < self.refine_scale2d_stop) & (stats["radii"] > self.grow_scale2d))
+        copies = jnp.where(clone, 1, 0) + jnp.where(split, n - 1, 0)
+        n_alive = jnp.sum(alive)
+        budget_bound = jnp.bool_(False)
+        if self.budget > 0:  # keep the candidates with the largest gradients, as many as fit
+            allowed = jnp.maximum(self.budget - n_alive, 0)
+            order = jnp.argsort(-jnp.where(copies > 0, avg, -jnp.inf))
+            fits = jnp.zeros((cap,), bool).at[order].set(jnp.cumsum(copies[order]) <= allowed)
+            budget_bound = jnp.sum(copies) > allowed
+            clone, split = clone & fits, split & fits
+            copies = jnp.where(fits, copies, 0)
+        src, new, n_new = assign_free_slots(copies, alive, cap)
         room = n_new <= cap - n_alive
 
         def grow(args):
             p, opt_state = args
             child = gather_rows(p, src)
             split_child = new & split[src]
-            # split: both halves are drawn in the parent's own frame, scales / 1.6
+            # split: every sample drawn in the parent's own frame, scales / (0.8 n)
             R = quat_to_rotmat(p["quats"])
             s = jnp.exp(p["scales"])
             k1, k2 = jax.random.split(key)
-            off1 = jnp.einsum("nij,nj->ni", R, s * jax.random.normal(k1, s.shape))
-            off2 = jnp.einsum("nij,nj->ni", R, s * jax.random.normal(k2, s.shape))
-            means = jnp.where(split[:, None], p["means"] + off1, p["means"])
-            means = jnp.where(split_child[:, None], child["means"] + off2[src], jnp.where(new[:, None], child["means"], means))
-            shrunk = p["scales"] - math.log(1.6)
+            own = jnp.einsum("nij,nj->ni", R, s * jax.random.normal(k1, s.shape))  # the parent's sample
+            drawn = jnp.einsum("nij,nj->ni", R[src], s[src] * jax.random.normal(k2, s.shape))  # each new slot's
+            means = jnp.where(split[:, None], p["means"] + own, p["means"])
+            means = jnp.where(split_child[:, None], child["means"] + drawn,
+                              jnp.where(new[:, None], child["means"], means))
+            shrunk = p["scales"] - math.log(0.8 * n)
             scales = jnp.where(split[:, None], shrunk, p["scales"])
             scales = jnp.where(split_child[:, None], shrunk[src], jnp.where(new[:, None], child["scales"], scales))
             out = dict(select_rows(new, child, p), means=means, scales=scales)
@@ -133,6 +170,8 @@ class DefaultStrategy:
         # prune (also what was just added, as gsplat does)
         prune = jax.nn.sigmoid(p["opacities"]) < self.prune_opa
         too_big = jnp.max(jnp.exp(p["scales"]), axis=-1) > self.prune_scale3d * scene_scale
+        if "radii" in stats:
+            too_big = too_big | ((step < self.refine_scale2d_stop) & (stats["radii"][src] > self.prune_scale2d))
         prune = alive & room & (prune | (too_big & (step > self.reset_every)))
         alive = alive & ~prune
         stats = jax.tree_util.tree_map(lambda x: jnp.where(room, jnp.zeros_like(x), x), stats)

@@ -66,6 +66,10 @@ class MCMCStrategy:
         """Nothing to accumulate."""
         return stats
 
+    def merge_stats(self, stats, delta, axis_name=None):
+        """Nothing to merge."""
+        return stats
+
     def regularizer(self, params, alive):
         """Mean opacity and mean scale of the alive Gaussians, weighted."""
         w = alive.astype(jnp.float32)

@@ -1,0 +1,150 @@
+"""nerfstudio's settings, splatfacto's names, translated into what the backend takes.
+
+Every field jax-gs inherits from `SplatfactoModelConfig` either drives the backend (`strategy`,
+`train_config`, the initialisation in the model) or, until jax-gs implements it, stops the run
+with one line naming it when it is set away from its default (`UNSUPPORTED`). `--optimizers.*`
+(splatfacto's parameter groups) become the backend's Adam groups. No math: a table and checks.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .errors import InputError
+
+# splatfacto's settings jax-gs does not implement yet, with what to do instead
+UNSUPPORTED = {
+    "rasterize_mode": "jax-gs renders in the classic mode only (antialiased is not implemented yet)",
+    "camera_optimizer": "camera pose optimisation is not implemented yet: use --pipeline.model.camera-optimizer.mode off",
+    "use_scale_regularization": "scale regularisation is not implemented yet",
+    "max_gauss_ratio": "it only matters with use-scale-regularization, which is not implemented yet",
+    "use_bilateral_grid": "the bilateral grid is not implemented yet",
+    "grid_shape": "it only matters with use-bilateral-grid, which is not implemented yet",
+    "color_corrected_metrics": "colour-corrected metrics are not implemented yet",
+    "output_depth_during_training": "jax-gs renders training views inside a compiled block and outputs nothing "
+                                    "per step; depth is always in the outputs outside training",
+}
+
+# splatfacto's settings that only the default (clone/split/prune) strategy uses
+DEFAULT_STRATEGY_ONLY = ("densify_grad_thresh", "use_absgrad", "densify_size_thresh", "n_split_samples",
+                         "cull_scale_thresh", "cull_screen_size", "split_screen_size", "stop_screen_size_at",
+                         "reset_alpha_every")
+
+# splatfacto's optimizer groups -> the backend's parameter groups
+OPTIMIZER_GROUPS = {"means": "means", "scales": "scales", "quats": "quats", "opacities": "opacities",
+                    "features_dc": "sh0", "features_rest": "shN"}
+
+
+def _flag(name: str) -> str:
+    return "--pipeline.model." + name.replace("_", "-")
+
+
+def _default(config, name: str):
+    f = {f.name: f for f in dataclasses.fields(config)}[name]
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
+
+
+def _changed(config, name: str) -> bool:
+    return getattr(config, name) != _default(config, name)
+
+
+def check_supported(config) -> None:
+    """InputError naming the first setting jax-gs cannot honour."""
+    for name, why in UNSUPPORTED.items():
+        if name == "camera_optimizer":
+            if config.camera_optimizer.mode != "off":
+                raise InputError(f"{_flag('camera_optimizer.mode')} {config.camera_optimizer.mode}: {why}")
+        elif _changed(config, name):
+            raise InputError(f"{_flag(name)} {getattr(config, name)}: {why}")
+    if config.strategy != "default":
+        for name in DEFAULT_STRATEGY_ONLY:
+            if _changed(config, name):
+                raise InputError(f"{_flag(name)} {getattr(config, name)}: only the default strategy uses it "
+                                 f"(this run uses --pipeline.model.strategy {config.strategy})")
+
+
+def strategy(config, num_train_data: int):
+    """(name, settings) for `jax_backend.make_strategy`, from splatfacto's names."""
+    common = dict(refine_start=config.warmup_length, refine_every=config.refine_every,
+                  refine_stop=config.stop_split_at, budget=config.max_gaussians)
+    if config.strategy == "mcmc":
+        return "mcmc", dict(common, min_opacity=config.cull_alpha_thresh, absgrad=False)
+    return "default", dict(
+        common,
+        prune_opa=config.cull_alpha_thresh,
+        grow_grad2d=config.densify_grad_thresh,
+        absgrad=config.use_absgrad,
+        grow_scale3d=config.densify_size_thresh,
+        prune_scale3d=config.cull_scale_thresh,
+        grow_scale2d=config.split_screen_size,
+        prune_scale2d=config.cull_screen_size,
+        refine_scale2d_stop=config.stop_screen_size_at,
+        reset_every=config.reset_alpha_every * config.refine_every,
+        pause_after_reset=num_train_data + config.refine_every,  # as splatfacto
+        n_split_samples=config.n_split_samples,
+    )
+
+
+def optim_config(optimizers: dict):
+    """`jax_backend.OptimConfig` from nerfstudio's `--optimizers.*` (Adam with an optional
+    exponential decay per group); InputError naming anything else."""
+    from nerfstudio.engine.optimizers import AdamOptimizerConfig
+    from nerfstudio.engine.schedulers import ExponentialDecaySchedulerConfig
+
+    from jax_backend import OptimConfig
+    from jax_backend.training.optim import GroupConfig
+
+    base = OptimConfig()
+    groups = {}
+    for group, param in OPTIMIZER_GROUPS.items():
+        entry = (optimizers or {}).get(group)
+        if entry is None:
+            continue
+        opt, sched = entry.get("optimizer"), entry.get("scheduler")
+        where = f"--optimizers.{group.replace('_', '-')}"
+        if type(opt) is not AdamOptimizerConfig:
+            raise InputError(f"{where}.optimizer: jax-gs trains with Adam only, got {type(opt).__name__}")
+        if opt.weight_decay or opt.max_norm is not None:
+            raise InputError(f"{where}.optimizer: weight-decay and max-norm are not supported")
+        lr_final, decay_steps = None, 0
+        if sched is not None:
+            if type(sched) is not ExponentialDecaySchedulerConfig:
+                raise InputError(f"{where}.scheduler: only the exponential decay is supported, got {type(sched).__name__}")
+            if sched.warmup_steps:
+                raise InputError(f"{where}.scheduler.warmup-steps {sched.warmup_steps}: warm-up is not supported")
+            lr_final, decay_steps = (sched.lr_final if sched.lr_final is not None else opt.lr), sched.max_steps
+        groups[param] = GroupConfig(lr=opt.lr, lr_final=lr_final, decay_steps=decay_steps, eps=opt.eps,
+                                    times_extent=getattr(base, param).times_extent)
+    return dataclasses.replace(base, **groups)
+
+
+def init_settings(config) -> dict:
+    """How the Gaussians start when the dataparser gives no seed points (or random_init is set)."""
+    return dict(random=config.random_init, num_random=config.num_random, random_scale=config.random_scale,
+                sh_degree=config.sh_degree, seed=config.seed)
+
+
+def training_background(config, data_background=None):
+    """What the backend composites training renders on: "black" | "white" | "random" | (r, g, b).
+    "auto": the dataparser's alpha colour when it composites RGBA images on one, else "random"
+    (splatfacto's default)."""
+    if config.background_color != "auto":
+        return config.background_color
+    return tuple(data_background) if data_background is not None else "random"
+
+
+def train_config(config, max_steps: int, num_train_data: int, optimizers: dict, background):
+    """`jax_backend.TrainConfig` for a run ending at `max_steps`; `background`: the resolved
+    training background (see the model's `training_background`)."""
+    from jax_backend import TrainConfig, make_strategy
+
+    check_supported(config)
+    name, settings = strategy(config, num_train_data)
+    try:
+        strat = make_strategy(name, **settings)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    return TrainConfig(max_steps=max_steps, steps_per_block=config.steps_per_block, rasterizer=config.rasterizer,
+                       sh_degree=config.sh_degree, sh_degree_interval=config.sh_degree_interval,
+                       ssim_lambda=config.ssim_lambda, background=background, strategy=strat,
+                       num_downscales=config.num_downscales, resolution_schedule=config.resolution_schedule,
+                       optim=optim_config(optimizers), seed=config.seed)

@@ -1,0 +1,133 @@
+"""Captures in the layouts users download, built from the bundled fox (and a synthetic blender
+scene), loaded the way `ns-train jax-gs` loads them: nerfstudio's dataparser and datamanager under
+jax-gs's pipeline (input checks, one-line errors, background). What nerfstudio accepts, jax-gs
+accepts. (`test_dataparsers.py` trains on some of them end to end.)"""
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("nerfstudio")
+
+from commands import FOX  # noqa: E402
+from test_dataparsers import write_blender_scene, write_colmap_scene  # noqa: E402
+
+
+def _downscale_folder(src: Path, dst: Path, factor: int):
+    from PIL import Image
+
+    dst.mkdir(parents=True)
+    for p in sorted(src.iterdir()):
+        im = Image.open(p)
+        im.resize((im.width // factor, im.height // factor), Image.LANCZOS).save(dst / p.name)
+
+
+def _pipeline(dataparser):
+    from nerfstudio.data.datamanagers.full_images_datamanager import FullImageDatamanagerConfig
+
+    from nerfstudio_jaxgs.model import JaxGSModelConfig
+    from nerfstudio_jaxgs.pipeline import JaxGSPipelineConfig
+
+    cfg = JaxGSPipelineConfig(datamanager=FullImageDatamanagerConfig(dataparser=dataparser, cache_images_type="uint8"),
+                              model=JaxGSModelConfig())
+    return cfg.setup(device="cpu", test_mode="val")
+
+
+def _train_images(pipeline):
+    return [np.asarray(d["image"]) for d in pipeline.datamanager.cached_train]
+
+
+def _fox_copy(dst: Path, images_dir="images") -> dict:
+    meta = json.loads((FOX / "transforms.json").read_text())
+    shutil.copytree(FOX / "images", dst / images_dir)
+    return meta
+
+
+def test_colmap_with_only_downscaled_images(tmp_path):
+    from nerfstudio.data.dataparsers.colmap_dataparser import ColmapDataParserConfig
+
+    from nerfstudio_jaxgs.errors import InputError
+
+    write_colmap_scene(tmp_path)
+    _downscale_folder(tmp_path / "images", tmp_path / "images_4", 4)
+    shutil.rmtree(tmp_path / "images")
+    images = _train_images(_pipeline(ColmapDataParserConfig(data=tmp_path, downscale_factor=4)))
+    assert len(images) > 50 and images[0].shape[0] < 70  # the fox is 240 high: a quarter, undistorted
+    # without the factor nerfstudio reads images/: one line that says which flag to pass
+    with pytest.raises(InputError, match=r"images/ does not exist, the scene has images_4/: pass the dataparser "
+                                         r"--downscale-factor 4"):
+        _pipeline(ColmapDataParserConfig(data=tmp_path))
+
+
+def test_colmap_with_full_and_downscaled_images(tmp_path):
+    from nerfstudio.data.dataparsers.colmap_dataparser import ColmapDataParserConfig
+
+    write_colmap_scene(tmp_path)
+    _downscale_folder(tmp_path / "images", tmp_path / "images_2", 2)
+    full = _train_images(_pipeline(ColmapDataParserConfig(data=tmp_path)))
+    half = _train_images(_pipeline(ColmapDataParserConfig(data=tmp_path, downscale_factor=2)))
+    assert len(full) == len(half) and abs(full[0].shape[0] / half[0].shape[0] - 2) < 0.1
+
+
+def test_nerfstudio_data_with_only_downscaled_images(tmp_path):
+    from nerfstudio.data.dataparsers.nerfstudio_dataparser import NerfstudioDataParserConfig
+
+    meta = _fox_copy(tmp_path, "full")
+    _downscale_folder(tmp_path / "full", tmp_path / "images_2", 2)
+    shutil.rmtree(tmp_path / "full")
+    (tmp_path / "transforms.json").write_text(json.dumps(meta))
+    images = _train_images(_pipeline(NerfstudioDataParserConfig(data=tmp_path, downscale_factor=2)))
+    assert len(images) > 50 and images[0].shape[0] < 130
+
+
+def test_nerfstudio_data_with_per_frame_intrinsics(tmp_path):
+    from nerfstudio.data.dataparsers.nerfstudio_dataparser import NerfstudioDataParserConfig
+
+    meta = _fox_copy(tmp_path)
+    keys = ("fl_x", "fl_y", "cx", "cy", "w", "h", "k1", "k2", "p1", "p2", "camera_model")
+    for i, f in enumerate(meta["frames"]):
+        f.update({k: meta[k] for k in keys if k in meta})
+        f["fl_x"] = f["fl_y"] = meta["fl_x"] * (1.0 + 0.01 * (i % 3))  # really per frame
+    for k in keys:
+        meta.pop(k, None)
+    (tmp_path / "transforms.json").write_text(json.dumps(meta))
+    pipeline = _pipeline(NerfstudioDataParserConfig(data=tmp_path))
+    fx = pipeline.datamanager.train_dataset.cameras.fx.reshape(-1)
+    assert len(set(np.round(fx.numpy(), 3))) == 3
+
+
+def test_nerfstudio_data_with_masks(tmp_path):
+    from PIL import Image
+
+    from nerfstudio.data.dataparsers.nerfstudio_dataparser import NerfstudioDataParserConfig
+
+    meta = _fox_copy(tmp_path)
+    (tmp_path / "masks").mkdir()
+    for f in meta["frames"]:
+        m = np.full((meta["h"], meta["w"]), 255, np.uint8)
+        m[:, : meta["w"] // 3] = 0  # the left third is not to be trained on
+        name = Path(f["file_path"]).with_suffix(".png").name
+        Image.fromarray(m, "L").save(tmp_path / "masks" / name)
+        f["mask_path"] = f"masks/{name}"
+    (tmp_path / "transforms.json").write_text(json.dumps(meta))
+    pipeline = _pipeline(NerfstudioDataParserConfig(data=tmp_path))
+    mask = np.asarray(pipeline.datamanager.cached_train[0]["mask"])[..., 0]
+    assert 0.2 < 1 - mask.mean() < 0.45  # about a third masked out (after undistortion)
+
+
+@pytest.mark.parametrize("alpha_color", ["white", "black", None])
+def test_blender_rgba_follows_the_alpha_color(tmp_path, alpha_color):
+    from nerfstudio.data.dataparsers.blender_dataparser import BlenderDataParserConfig
+
+    write_blender_scene(tmp_path)
+    pipeline = _pipeline(BlenderDataParserConfig(data=tmp_path, alpha_color=alpha_color))
+    images = _train_images(pipeline)
+    expected = {"white": (1.0, 1.0, 1.0), "black": (0.0, 0.0, 0.0), None: "random"}[alpha_color]
+    assert pipeline.model.training_background() == expected
+    if alpha_color is None:  # RGBA kept: the engine composites on its random background
+        assert images[0].shape[-1] == 4
+    else:
+        assert images[0].shape[-1] == 3 and np.all(images[0][0, 0] == (255 if alpha_color == "white" else 0))
+        np.testing.assert_allclose(pipeline.model.background_color.numpy(), expected)  # eval and previews too

@@ -1,0 +1,115 @@
+"""Every setting a splatfacto user can pass reaches the backend or stops the run in one line:
+splatfacto's model fields, `--optimizers.*`, `--machine.num-devices`, and the presets."""
+import dataclasses
+import typing
+
+import pytest
+
+pytest.importorskip("nerfstudio")
+
+from nerfstudio.configs.base_config import MachineConfig  # noqa: E402
+from nerfstudio.models.base_model import ModelConfig  # noqa: E402
+from nerfstudio.models.splatfacto import SplatfactoModelConfig  # noqa: E402
+
+from nerfstudio_jaxgs.config import OPTIMIZERS, jax_gs_big_method, jax_gs_mcmc_method, jax_gs_method  # noqa: E402
+from nerfstudio_jaxgs.errors import InputError  # noqa: E402
+from nerfstudio_jaxgs.model import JaxGSModelConfig  # noqa: E402
+from nerfstudio_jaxgs.settings import init_settings, optim_config, train_config, training_background  # noqa: E402
+
+NUM_TRAIN = 10
+
+
+def _backend_inputs(cfg, data_background=None):
+    """Everything the backend receives from a model config."""
+    return (train_config(cfg, 1000, NUM_TRAIN, OPTIMIZERS, training_background(cfg, data_background)),
+            init_settings(cfg))
+
+
+def _other_value(cfg, f):
+    """A valid value of field `f` different from its current one."""
+    value = getattr(cfg, f.name)
+    if f.name == "camera_optimizer":
+        return dataclasses.replace(value, mode="SO3xR3")
+    hint = typing.get_type_hints(type(cfg))[f.name]
+    if typing.get_origin(hint) is typing.Literal:
+        return next(v for v in reversed(typing.get_args(hint)) if v != value)
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 7
+    if isinstance(value, float):
+        return value * 0.5 + 0.001
+    if isinstance(value, tuple):
+        return tuple(v * 2 for v in value)
+    raise AssertionError(f"no other value for {f.name} = {value!r}")
+
+
+SPLATFACTO_FIELDS = [f for f in dataclasses.fields(SplatfactoModelConfig)
+                     if f.name not in {g.name for g in dataclasses.fields(ModelConfig)}]
+
+
+@pytest.mark.parametrize("strategy", ["default", "mcmc"])
+@pytest.mark.parametrize("field", SPLATFACTO_FIELDS, ids=lambda f: f.name)
+def test_no_inherited_setting_is_ignored(field, strategy):
+    base = JaxGSModelConfig(strategy=strategy)
+    changed = dataclasses.replace(base, **{field.name: _other_value(base, field)})
+    try:
+        got = _backend_inputs(changed)
+    except InputError as e:
+        # a one-line error naming the setting, as the user typed it
+        flag = "--pipeline.model." + field.name.replace("_", "-")
+        assert flag in str(e) and "\n" not in str(e), str(e)
+        return
+    assert got != _backend_inputs(base), f"{field.name} changed nothing the backend receives"
+
+
+def test_the_settings_map_to_splatfacto_s_meaning():
+    cfg = JaxGSModelConfig(warmup_length=300, refine_every=50, reset_alpha_every=20, densify_grad_thresh=0.001,
+                           use_absgrad=False, cull_alpha_thresh=0.02, stop_split_at=9000, n_split_samples=3)
+    s = train_config(cfg, 1000, NUM_TRAIN, OPTIMIZERS, "black").strategy
+    assert (s.refine_start, s.refine_every, s.reset_every, s.grow_grad2d, s.absgrad, s.prune_opa, s.refine_stop,
+            s.n_split_samples, s.pause_after_reset) == (300, 50, 1000, 0.001, False, 0.02, 9000, 3, NUM_TRAIN + 50)
+
+
+def test_background_follows_the_data():
+    auto = JaxGSModelConfig()
+    assert training_background(auto, (1.0, 1.0, 1.0)) == (1.0, 1.0, 1.0)  # blender-data composites on white
+    assert training_background(auto, None) == "random"  # splatfacto's rule otherwise
+    assert training_background(JaxGSModelConfig(background_color="black"), (1.0, 1.0, 1.0)) == "black"
+
+
+def test_optimizers_reach_the_adam_groups():
+    import copy
+
+    from nerfstudio.engine.optimizers import RAdamOptimizerConfig
+
+    opts = copy.deepcopy(OPTIMIZERS)
+    opts["features_rest"]["optimizer"].lr = 1e-4
+    opts["means"]["scheduler"].lr_final = 1e-7
+    opts["means"]["scheduler"].max_steps = 5000
+    opts["scales"]["optimizer"].eps = 1e-8
+    o = optim_config(opts)
+    assert o.shN.lr == 1e-4 and o.means.lr_final == 1e-7 and o.means.decay_steps == 5000 and o.scales.eps == 1e-8
+    assert o.means.times_extent and o.opacities.lr_final is None  # no scheduler: a constant rate
+    default = optim_config(OPTIMIZERS)
+    assert (default.means.lr, default.sh0.lr, default.opacities.lr) == (1.6e-4, 0.0025, 0.05)
+    opts["quats"]["optimizer"] = RAdamOptimizerConfig(lr=1e-3)
+    with pytest.raises(InputError, match="--optimizers.quats.optimizer"):
+        optim_config(opts)
+
+
+def test_machine_num_devices_trains_in_one_process_on_that_many_jax_devices():
+    cfg = jax_gs_method.config
+    c = dataclasses.replace(cfg, machine=MachineConfig(num_devices=2, device_type="cpu"),
+                            pipeline=dataclasses.replace(cfg.pipeline, model=JaxGSModelConfig()))
+    assert c.machine.num_devices == 1 and c.pipeline.model.num_devices == 2  # no torch DDP launch
+    with pytest.raises(SystemExit, match="num-machines 2: ns-train jax-gs runs on one host"):
+        dataclasses.replace(cfg, machine=MachineConfig(num_machines=2, device_type="cpu"))
+
+
+def test_presets():
+    big, mcmc = jax_gs_big_method.config, jax_gs_mcmc_method.config
+    assert (big.method_name, mcmc.method_name) == ("jax-gs-big", "jax-gs-mcmc")
+    assert big.pipeline.model.cull_alpha_thresh == 0.005 and big.pipeline.model.densify_grad_thresh == 0.0005
+    s = train_config(mcmc.pipeline.model, 1000, NUM_TRAIN, OPTIMIZERS, "black").strategy
+    assert type(s).__name__ == "MCMCStrategy" and s.budget == 1_000_000 and s.min_opacity == 0.005
