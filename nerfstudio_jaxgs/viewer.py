@@ -1,16 +1,29 @@
-"""The viewer's first view: a browser that connects starts at a training camera.
+"""The viewer's first view: when a browser connects and its camera sees nothing of the scene, it
+is moved to a training camera.
 
 viser starts every client at (-3, 3, -3) viser units, (-0.3, 0.3, -0.3) in nerfstudio's scene,
 looking at the origin. A 360-degree capture's object sits at the origin and fills that view; a
 forward-facing capture's content lies in front of its cameras, away from the origin, and that
-default camera can see nothing of it (an empty canvas until the user clicks a camera frustum). So
-for a jax-gs model each new client is put where clicking the first training camera's frustum
-would put it."""
+default camera can see nothing of it: an empty canvas until the user clicks a camera frustum.
+So on connect, the client's view is rendered small; when (almost) nothing covers it, the client
+is put where clicking the first training camera's frustum would put it."""
 from __future__ import annotations
+
+EMPTY_COVERAGE = 0.02  # mean accumulated alpha below which a view "sees nothing"
+
+
+def sees_the_scene(model, camera, height: int = 48) -> bool:
+    """Whether a render of `camera` (nerfstudio Cameras[1]) at `height` pixels is covered by the
+    Gaussians at all (mean accumulation above EMPTY_COVERAGE)."""
+    cam = camera.reshape((1,))
+    cam.rescale_output_resolution(height / float(cam.height[0]))
+    out = model.get_outputs_for_camera(cam)
+    return float(out["accumulation"].mean()) > EMPTY_COVERAGE
 
 
 def install_first_view() -> None:
-    """Wrap nerfstudio's `Viewer.init_scene` (once) to move each new client to a training camera."""
+    """Wrap nerfstudio's `Viewer.init_scene` (once) so each new client that sees nothing of a
+    jax-gs scene starts at a training camera."""
     from nerfstudio.viewer.viewer import Viewer
 
     if getattr(Viewer.init_scene, "_jaxgs", False):
@@ -19,6 +32,8 @@ def install_first_view() -> None:
 
     def init_scene(self, *args, **kwargs):
         original(self, *args, **kwargs)
+        from nerfstudio.viewer.utils import get_camera
+
         from .model import JaxGSModel
 
         handles = getattr(self, "camera_handles", {})
@@ -26,12 +41,19 @@ def install_first_view() -> None:
             return
         first = handles[min(handles)]
 
-        def at_training_camera(client):
+        def on_connect(client):
+            try:
+                camera = get_camera(self.get_camera_state(client), 48)
+                if sees_the_scene(self.pipeline.model, camera):
+                    return
+            except Exception as e:  # the view could not be checked: leave the camera where it is
+                print(f"[jax-gs] viewer: first-view check skipped ({type(e).__name__}: {e})")
+                return
             with client.atomic():  # as nerfstudio's own click on a camera frustum does
                 client.camera.position = first.position
                 client.camera.wxyz = first.wxyz
 
-        self.viser_server.on_client_connect(at_training_camera)
+        self.viser_server.on_client_connect(on_connect)
 
     init_scene._jaxgs = True
     Viewer.init_scene = init_scene

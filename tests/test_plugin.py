@@ -54,8 +54,14 @@ def test_ns_train_lists_jax_gs_with_its_settings():
     out = subprocess.run([BIN / "ns-train", "jax-gs", "--help"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     for flag in ("--pipeline.model.steps-per-block", "--pipeline.model.rasterizer", "--pipeline.model.strategy",
-                 "--pipeline.model.max-gaussians", "--pipeline.model.sh-degree", "--pipeline.model.background-color"):
+                 "--pipeline.model.max-gaussians", "--pipeline.model.sh-degree", "--pipeline.model.background-color",
+                 "--pipeline.model.densify-grad-thresh", "--optimizers.means.optimizer.lr",
+                 "--optimizers.means.scheduler.max-steps"):
         assert flag in out.stdout, flag
+    for gone in ("--pipeline.model.grow-grad2d", "--pipeline.model.refine-start", "--pipeline.model.absgrad "):
+        assert gone not in out.stdout, gone  # one name per idea: splatfacto's
+    listing = subprocess.run([BIN / "ns-train", "--help"], capture_output=True, text=True, timeout=300).stdout
+    assert {"jax-gs", "jax-gs-big", "jax-gs-mcmc"} <= set(re.findall(r"jax-gs[\w-]*", listing))
 
 
 def _run(args):
@@ -132,6 +138,9 @@ def _fails_in_one_line(args):
 def test_train_export_view_resume_eval_on_the_bundled_scene(tmp_path):
     common = ["--vis", "tensorboard", "--machine.device-type", "cpu", "--viewer.quit-on-train-completion", "True",
               "--pipeline.model.num-random", "5000", "--pipeline.model.random-scale", "1.0",
+              # a 200-step run from Gaussians at 10% opacity: on splatfacto's random training background
+              # they are still half transparent, and the render checks below look at them on black
+              "--pipeline.model.background-color", "black",
               "--pipeline.model.steps-per-block", "50", "--output-dir", tmp_path]
     data = ["nerfstudio-data", "--eval-mode", "interval", "--eval-interval", "8"]
     _run([BIN / "ns-train", "jax-gs", "--data", FOX, "--max-num-iterations", "200", "--timestamp", "a", *common,
@@ -216,14 +225,13 @@ def test_train_export_view_resume_eval_on_the_bundled_scene(tmp_path):
     assert results["psnr"] > 7 and 0 < results["ssim"] <= 1  # a black frame scores 5.5 dB on the fox
     assert _frames_show_the_scene(tmp_path / "eval_renders", at_least=8)
 
-    # ns-render (needs ffmpeg even for images): interpolate, spiral and a camera path
+    # ns-render (needs ffmpeg even for images): interpolate and a camera path
     common_render = ["--load-config", run / "config.yml", "--output-format", "images", "--image-format", "png"]
     _run([BIN / "ns-render", "interpolate", *common_render, "--output-path", tmp_path / "interp",
           "--interpolation-steps", "2", "--frame-rate", "4"])
     assert _frames_show_the_scene(tmp_path / "interp", at_least=4)
-    _run([BIN / "ns-render", "spiral", *common_render, "--output-path", tmp_path / "spiral", "--seconds", "1",
-          "--frame-rate", "4"])
-    assert _frames_show_the_scene(tmp_path / "spiral", at_least=4)
+    # (ns-render spiral asserts a ray-sampling datamanager in nerfstudio 1.1.5: it fails the same way
+    # for splatfacto, whose FullImageDatamanager jax-gs shares)
     path = tmp_path / "camera_path.json"
     _write_camera_path(run, path)
     _run([BIN / "ns-render", "camera-path", *common_render, "--camera-path-filename", path, "--output-path",
@@ -308,3 +316,24 @@ def test_viewer_is_not_locked_out_while_a_block_runs():
                            model=SimpleNamespace(_sync_from_engine=sync))
     out = JaxGSPipeline.train_block(fake, 10, 100, publish_lock=lock)
     assert seen == {"during_block": True, "during_sync": False} and out["gaussian_count"] == 5
+
+
+def test_viewer_first_view_check_tells_an_empty_view():
+    """The viewer moves a client to a training camera only when its view sees nothing: a camera
+    looking at the Gaussians sees them, the same camera turned away does not."""
+    from nerfstudio.cameras.cameras import Cameras
+
+    from nerfstudio_jaxgs.viewer import sees_the_scene
+
+    model = _model(num_random=2000)  # random Gaussians in the cube [-1, 1]^3
+
+    def camera(forward):
+        # OpenGL camera-to-world at (0, 0, 4): looking along -z (towards the cube) or +z (away)
+        c2w = torch.eye(4)[:3]
+        c2w[:3, 3] = torch.tensor([0.0, 0.0, 4.0])
+        if forward < 0:
+            c2w[:3, :3] = torch.diag(torch.tensor([1.0, -1.0, -1.0]))  # turned around
+        return Cameras(camera_to_worlds=c2w[None], fx=100.0, fy=100.0, cx=64.0, cy=48.0, width=128, height=96)
+
+    assert sees_the_scene(model, camera(+1))
+    assert not sees_the_scene(model, camera(-1))
