@@ -42,6 +42,8 @@ def main():
     ap.add_argument("--train-configs", nargs="+", default=["scan-flat", "scan-standard"])
     a = ap.parse_args()
     print(f"# before: {a.before}; after: {HERE}; one process per figure, alternating order", flush=True)
+    # a throwaway first process: the first one of a run measured slower (page cache, clocks)
+    child(HERE, ["benchmarks.rasterizer", "--child", a.sizes[0], "flat", "forward", "--repeats", 1])
     rows = []
     flip = False
     for n in a.sizes:
