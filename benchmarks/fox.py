@@ -2,6 +2,12 @@
 (every 8th view) at the given steps.
 
     python -m benchmarks.fox [--data ../shared/data/fox] [--steps 2000 7000] [--strategy default|mcmc]
+        [--density engine|splatfacto]
+
+`--density splatfacto`: the default strategy with the settings `ns-train jax-gs` gives it by default
+(splatfacto's: absgrad 0.0008, cull-alpha 0.1, cull-scale 0.5, screen-size rules until 4000, no
+refinement for num-images + refine-every steps after a reset); `engine`: the backend's own
+DefaultStrategy defaults (gsplat's: gradient 0.0002, prune-opacity 0.005, prune-scale 0.1).
 """
 from __future__ import annotations
 
@@ -30,6 +36,7 @@ def main():
     ap.add_argument("--rasterizer", default="flat")
     ap.add_argument("--log-every", type=int, default=500)
     ap.add_argument("--steps-per-block", type=int, default=100)
+    ap.add_argument("--density", choices=["engine", "splatfacto"], default="engine")
     a = ap.parse_args()
     d = load_transforms(a.data)
     data = make_dataset(*d["train"])
@@ -37,7 +44,16 @@ def main():
     # (the capture has no point cloud; Gaussians right in front of the cameras only cost time)
     r = a.init_extent * d["scene_scale"] / 1.1
     lo, hi = [-r] * 3, [r] * 3
-    strategy = make_strategy(a.strategy, budget=a.max_gaussians)
+    if a.density == "splatfacto":
+        from nerfstudio_jaxgs.model import JaxGSModelConfig
+        from nerfstudio_jaxgs.settings import strategy as plugin_strategy
+
+        name, settings = plugin_strategy(JaxGSModelConfig(strategy=a.strategy, max_gaussians=a.max_gaussians),
+                                         data.num_views)
+        strategy = make_strategy(name, **settings)
+    else:
+        strategy = make_strategy(a.strategy, budget=a.max_gaussians)
+    print(strategy)
     cfg = TrainConfig(max_steps=max(a.steps), strategy=strategy, rasterizer=a.rasterizer, steps_per_block=a.steps_per_block)
     g = init_random(a.init_points, lo, hi, sh_degree=cfg.sh_degree)
     tr = Trainer(cfg, data, g, d["scene_scale"])
