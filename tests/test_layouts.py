@@ -131,3 +131,63 @@ def test_blender_rgba_follows_the_alpha_color(tmp_path, alpha_color):
     else:
         assert images[0].shape[-1] == 3 and np.all(images[0][0, 0] == (255 if alpha_color == "white" else 0))
         np.testing.assert_allclose(pipeline.model.background_color.numpy(), expected)  # eval and previews too
+
+
+def write_forward_facing_scene(dst: Path, width=64, height=48):
+    """A forward-facing capture (LLFF-like) in nerfstudio-data format: 12 cameras on a small plane,
+    all looking the same way at a wall of points 4 units in front of them (its point cloud is the
+    capture's sparse_pc.ply, so the Gaussians start on the wall). Images are flat grey: only the
+    geometry matters here."""
+    from PIL import Image
+
+    (dst / "images").mkdir(parents=True)
+    frames = []
+    for i, (x, y) in enumerate([(x, y) for x in np.linspace(-0.3, 0.3, 4) for y in np.linspace(-0.2, 0.2, 3)]):
+        c2w = np.eye(4)
+        c2w[:3, 3] = [x, y, 0.0]  # OpenGL axes: looking along -z
+        Image.fromarray(np.full((height, width, 3), 128, np.uint8)).save(dst / "images" / f"{i:03d}.png")
+        frames.append({"file_path": f"images/{i:03d}.png", "transform_matrix": c2w.tolist()})
+    rng = np.random.default_rng(0)
+    wall = np.stack([rng.uniform(-2, 2, 3000), rng.uniform(-1.5, 1.5, 3000), rng.uniform(-4.2, -3.8, 3000)], -1)
+    lines = ["ply", "format ascii 1.0", f"element vertex {len(wall)}", "property float x", "property float y",
+             "property float z", "property uchar red", "property uchar green", "property uchar blue", "end_header"]
+    lines += [f"{p[0]:.5f} {p[1]:.5f} {p[2]:.5f} 200 120 80" for p in wall]
+    (dst / "sparse_pc.ply").write_text("\n".join(lines) + "\n")
+    meta = {"fl_x": 60.0, "fl_y": 60.0, "cx": width / 2, "cy": height / 2, "w": width, "h": height,
+            "frames": frames, "ply_file_path": "sparse_pc.ply"}
+    (dst / "transforms.json").write_text(json.dumps(meta))
+
+
+def _viser_default_camera(width=64, height=48):
+    """The camera a new viser client starts with: (-3, 3, -3) viser units = (-0.3, 0.3, -0.3) in
+    nerfstudio's scene, looking at the origin, +z up (nerfstudio's), three.js's 50-degree vertical fov."""
+    import torch
+    from nerfstudio.cameras.cameras import Cameras
+
+    pos = np.array([-0.3, 0.3, -0.3])
+    forward = -pos / np.linalg.norm(pos)
+    right = np.cross(forward, [0.0, 0.0, 1.0])
+    right /= np.linalg.norm(right)
+    up = np.cross(right, forward)
+    c2w = np.stack([right, up, -forward, pos], 1)  # OpenGL camera axes
+    f = 0.5 * height / np.tan(np.radians(25.0))
+    return Cameras(camera_to_worlds=torch.tensor(c2w, dtype=torch.float32)[None], fx=f, fy=f, cx=width / 2,
+                   cy=height / 2, width=width, height=height)
+
+
+def test_viser_s_default_view_misses_a_forward_facing_capture(tmp_path):
+    """Why the viewer showed an empty canvas on forward-facing captures, and what it does now: the
+    default camera sees none of the Gaussians (while it does see a 360-degree capture's), a
+    training camera sees them, so a new client is moved there (nerfstudio_jaxgs/viewer.py)."""
+    from nerfstudio.data.dataparsers.nerfstudio_dataparser import NerfstudioDataParserConfig
+
+    from nerfstudio_jaxgs.viewer import sees_the_scene
+
+    write_forward_facing_scene(tmp_path)
+    pipeline = _pipeline(NerfstudioDataParserConfig(data=tmp_path, load_3D_points=True))
+    model = pipeline.model
+    assert model.num_points == 3000  # started on the wall
+    assert not sees_the_scene(model, _viser_default_camera())
+    assert sees_the_scene(model, pipeline.datamanager.train_dataset.cameras[0:1])
+    fox = _pipeline(NerfstudioDataParserConfig(data=FOX))  # 360 degrees: random Gaussians around the origin
+    assert sees_the_scene(fox.model, _viser_default_camera())
