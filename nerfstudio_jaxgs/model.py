@@ -292,11 +292,11 @@ class JaxGSModel(SplatfactoModel):
             arrays = {k[len(kind):]: v.detach().cpu().numpy() for k, v in tensors.items() if k.startswith(kind)}
             if arrays:
                 break
-        self.gaussians = gaussians_from_arrays(arrays, "checkpoint")
-        if kind == "train":
-            if self.engine is not None:
-                self.engine.load_state_arrays(arrays, "checkpoint")
-                self._sync_from_engine()
-            else:
-                self._pending_state = arrays
+        if kind == "train" and self.engine is not None:
+            self.engine.load_state_arrays(arrays, "checkpoint")
+            self._sync_from_engine()  # the engine's Gaussians
+        else:
+            self.gaussians = gaussians_from_arrays(arrays, "checkpoint")
+            if kind == "train":
+                self._pending_state = arrays  # for the engine, once the pipeline attaches it
         self._view_cache = None

@@ -73,6 +73,16 @@ def write_colmap_scene(dst: Path, num_points=400, seed=0) -> int:
     return num_points
 
 
+def write_downscaled_copies(src: Path, dst: Path, factor: int):
+    """The images of `src` downscaled by `factor` into `dst` (what images_N/ folders hold)."""
+    from PIL import Image
+
+    dst.mkdir(parents=True)
+    for p in sorted(src.iterdir()):
+        im = Image.open(p)
+        im.resize((im.width // factor, im.height // factor), Image.LANCZOS).save(dst / p.name)
+
+
 def write_blender_scene(dst: Path, width=64, height=64, views=(12, 2, 3), seed=0):
     """A synthetic blender-format scene: transforms_{train,val,test}.json and RGBA PNGs."""
     from PIL import Image
@@ -129,14 +139,9 @@ def test_colmap_scene_from_the_fox_poses(tmp_path):
 @pytest.mark.slow
 def test_colmap_capture_with_only_downscaled_images(tmp_path):
     """What LLFF-style downloads look like: sparse/0 (here colmap/sparse/0) and images_4/ only."""
-    from PIL import Image
-
     scene = tmp_path / "scene"
     write_colmap_scene(scene)
-    (scene / "images_4").mkdir()
-    for p in sorted((scene / "images").iterdir()):
-        im = Image.open(p)
-        im.resize((im.width // 4, im.height // 4), Image.LANCZOS).save(scene / "images_4" / p.name)
+    write_downscaled_copies(scene / "images", scene / "images_4", 4)
     shutil.rmtree(scene / "images")
     _run([BIN / "ns-train", "jax-gs", "--data", scene, "--output-dir", tmp_path / "out", "--timestamp", "a",
           "--max-num-iterations", "50", *COMMON, "colmap", "--downscale-factor", "4"])

@@ -12,16 +12,7 @@ import pytest
 pytest.importorskip("nerfstudio")
 
 from commands import FOX  # noqa: E402
-from test_dataparsers import write_blender_scene, write_colmap_scene  # noqa: E402
-
-
-def _downscale_folder(src: Path, dst: Path, factor: int):
-    from PIL import Image
-
-    dst.mkdir(parents=True)
-    for p in sorted(src.iterdir()):
-        im = Image.open(p)
-        im.resize((im.width // factor, im.height // factor), Image.LANCZOS).save(dst / p.name)
+from test_dataparsers import write_blender_scene, write_colmap_scene, write_downscaled_copies  # noqa: E402
 
 
 def _pipeline(dataparser):
@@ -51,7 +42,7 @@ def test_colmap_with_only_downscaled_images(tmp_path):
     from nerfstudio_jaxgs.errors import InputError
 
     write_colmap_scene(tmp_path)
-    _downscale_folder(tmp_path / "images", tmp_path / "images_4", 4)
+    write_downscaled_copies(tmp_path / "images", tmp_path / "images_4", 4)
     shutil.rmtree(tmp_path / "images")
     images = _train_images(_pipeline(ColmapDataParserConfig(data=tmp_path, downscale_factor=4)))
     assert len(images) > 50 and images[0].shape[0] < 70  # the fox is 240 high: a quarter, undistorted
@@ -65,7 +56,7 @@ def test_colmap_with_full_and_downscaled_images(tmp_path):
     from nerfstudio.data.dataparsers.colmap_dataparser import ColmapDataParserConfig
 
     write_colmap_scene(tmp_path)
-    _downscale_folder(tmp_path / "images", tmp_path / "images_2", 2)
+    write_downscaled_copies(tmp_path / "images", tmp_path / "images_2", 2)
     full = _train_images(_pipeline(ColmapDataParserConfig(data=tmp_path)))
     half = _train_images(_pipeline(ColmapDataParserConfig(data=tmp_path, downscale_factor=2)))
     assert len(full) == len(half) and abs(full[0].shape[0] / half[0].shape[0] - 2) < 0.1
@@ -75,7 +66,7 @@ def test_nerfstudio_data_with_only_downscaled_images(tmp_path):
     from nerfstudio.data.dataparsers.nerfstudio_dataparser import NerfstudioDataParserConfig
 
     meta = _fox_copy(tmp_path, "full")
-    _downscale_folder(tmp_path / "full", tmp_path / "images_2", 2)
+    write_downscaled_copies(tmp_path / "full", tmp_path / "images_2", 2)
     shutil.rmtree(tmp_path / "full")
     (tmp_path / "transforms.json").write_text(json.dumps(meta))
     images = _train_images(_pipeline(NerfstudioDataParserConfig(data=tmp_path, downscale_factor=2)))

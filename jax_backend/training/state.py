@@ -113,25 +113,32 @@ def from_named_arrays(template, arrays: dict, source="checkpoint"):
         a = np.asarray(arrays[name])
         if a.shape != np.shape(x):
             raise CheckpointError(f"{source}: entry {name} has shape {a.shape}, expected {np.shape(x)}")
-        leaves.append(jnp.asarray(a.astype(np.asarray(x).dtype)))
+        leaves.append(jnp.asarray(a.astype(x.dtype)))
     return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(template), leaves)
+
+
+def _gaussians_root(arrays: dict, source) -> str:
+    """Where the Gaussians sit in `named_arrays` output: ".gaussians" (a TrainState) or
+    "['gaussians']" (a `{"gaussians": ...}` dict, as early plugin checkpoints wrote them)."""
+    for root in (".gaussians", "['gaussians']"):
+        if f"{root}.alive" in arrays:
+            return root
+    raise CheckpointError(f"{source}: holds no Gaussians (no .gaussians.alive entry)")
 
 
 def gaussians_from_arrays(arrays: dict, source="checkpoint") -> Gaussians:
     """The Gaussians alone from `named_arrays` of a TrainState (or of a `{"gaussians": ...}` dict,
     as early plugin checkpoints wrote them)."""
-    for root in (".gaussians", "['gaussians']"):
-        if f"{root}.alive" in arrays:
-            params = {}
-            for name in PARAM_NAMES:
-                key = f"{root}.params['{name}']"
-                if key not in arrays:
-                    raise CheckpointError(f"{source}: has no entry {key}")
-                params[name] = jnp.asarray(np.asarray(arrays[key], np.float32))
-            return Gaussians(params, jnp.asarray(np.asarray(arrays[f"{root}.alive"]).astype(bool)))
-    raise CheckpointError(f"{source}: holds no Gaussians (no .gaussians.alive entry)")
+    root = _gaussians_root(arrays, source)
+    params = {}
+    for name in PARAM_NAMES:
+        key = f"{root}.params['{name}']"
+        if key not in arrays:
+            raise CheckpointError(f"{source}: has no entry {key}")
+        params[name] = jnp.asarray(np.asarray(arrays[key], np.float32))
+    return Gaussians(params, jnp.asarray(np.asarray(arrays[f"{root}.alive"]).astype(bool)))
 
 
 def capacity_of(arrays: dict, source="checkpoint") -> int:
     """Number of slots of the Gaussians in `named_arrays` output."""
-    return gaussians_from_arrays(arrays, source).capacity
+    return int(np.shape(arrays[f"{_gaussians_root(arrays, source)}.alive"])[0])

@@ -85,8 +85,9 @@ class Trainer:
 
     @property
     def step(self) -> int:
-        """Steps trained."""
-        return int(self.state.step)
+        """Steps trained (read from the step alone, not the whole replicated state)."""
+        step = self._state.step
+        return int(step.addressable_shards[0].data[0] if self.parallel else step)
 
     @property
     def views_per_step(self) -> int:
@@ -144,7 +145,7 @@ class Trainer:
                 metrics = {k: np.moveaxis(v, 0, 1).reshape(v.shape[1], -1) for k, v in metrics.items()}
                 info = jax.tree_util.tree_map(lambda x: x[0], info)
             if not metrics["overflow"].any():
-                return state, metrics, RefineInfo(*jax.device_get(info)).as_python()
+                return state, metrics, info.as_python()
             needed = int(metrics["num_intersections"].max())
             self.isect_capacity = next_capacity(int(needed * 1.25))
             self.log(f"[jax-gs] step {self.step}: intersection buffer too small ({needed} needed); "
@@ -156,7 +157,7 @@ class Trainer:
             return info
         self.grow_capacity(next_pow2(info.slots_needed))
         self.state, info = self._refine_fn()(self.state, self.step - num_steps)
-        return RefineInfo(*jax.device_get(info)).as_python()
+        return info.as_python()
 
     def _log_budget(self, info: RefineInfo):
         """Say when the Gaussian budget starts or stops limiting growth."""

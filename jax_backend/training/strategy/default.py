@@ -118,7 +118,6 @@ class DefaultStrategy:
             due, lambda a: self._grow_and_prune(key, tx, *a, step_after, scene_scale),
             lambda a: a + (RefineInfo.none(),), (state.gaussians, state.opt_state, state.stats))
         reset = (step_after <= self.refine_stop) & crossed(step_before, step_after, self.reset_every)
-        reset = jnp.bool_(reset)
         g, opt_state = jax.lax.cond(reset, lambda a: self._reset_opacity(tx, *a), lambda a: a, (g, opt_state))
         return state._replace(gaussians=g, opt_state=opt_state, stats=stats), info._replace(opacity_reset=reset)
 
