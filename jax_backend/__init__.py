@@ -44,6 +44,7 @@ _EXPORTS = {
     "OptimConfig": "training.optim",
     "crossed": "training.schedule",
     "sh_degree_at": "training.schedule",
+    "NonFiniteError": "training.trainer",
     "Snapshots": "training.snapshots",
     "TrainState": "training.state",
     "from_named_arrays": "training.state",

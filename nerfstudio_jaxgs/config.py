@@ -14,9 +14,13 @@ from nerfstudio.engine.optimizers import AdamOptimizerConfig
 from nerfstudio.engine.schedulers import ExponentialDecaySchedulerConfig
 from nerfstudio.plugins.types import MethodSpecification
 
+from .errors import install_excepthook
 from .model import JaxGSModelConfig
 from .pipeline import JaxGSPipelineConfig
 from .trainer import JaxGSTrainerConfig
+
+
+install_excepthook()  # every ns-* command imports this module: a missing --load-config is one line too
 
 
 def _adam(lr, scheduler=None):

@@ -1,15 +1,14 @@
-"""Bad input ends a jax-gs run with one line naming the file, not a traceback from deep inside
-nerfstudio, PIL or torch, and never with an interactive prompt nobody can answer.
+"""Bad input ends a jax-gs run with one line naming the file, frame or setting, not a traceback
+from deep inside nerfstudio, PIL or torch, and never with an interactive prompt nobody can answer.
+(The checks themselves are in `checks.py`.)
 
-- `check_scene` looks at the scene before nerfstudio's dataparser does, for what nerfstudio itself
-  reports with a traceback: the folder, the JSON files the nerfstudio-data and blender-data parsers
-  read, the images they list (any of the files nerfstudio would read), COLMAP's model folder. It
-  never rejects what nerfstudio loads; where nerfstudio's own loading fails later, `user_errors`
-  names the file (and, for a missing images/ folder beside images_N/, the flag to pass).
-- `user_errors` turns the file errors that still happen later (an image that cannot be decoded, a
-  checkpoint that cannot be read) into `InputError`.
-- `install_excepthook` prints an `InputError`, or a failed `torch.load` in nerfstudio's own
-  checkpoint loading, as one line (`jax-gs: error: ...`) and exits with status 1.
+- `user_errors` turns what nerfstudio's loaders raise on bad input (file errors, and the
+  assertions, KeyErrors and arithmetic errors of its dataparsers and datasets) into `InputError`,
+  naming the frame or file nerfstudio was reading, taken from its own variables where it failed.
+- `install_excepthook` prints an `InputError`, a jax_backend error meant for users (a checkpoint or
+  PLY that cannot be read, training that diverged), a failed `torch.load` in nerfstudio's own
+  checkpoint loading, or a missing `--load-config`, as one line (`jax-gs: error: ...`) and exits
+  with status 1.
 - `no_prompts` answers nerfstudio's yes/no questions with their default when stdin is not a
   terminal, saying so, instead of waiting for an answer.
 """
@@ -25,80 +24,9 @@ class InputError(Exception):
     """Bad user input (a scene, an image, a checkpoint); the message names the file."""
 
 
-_IMAGE_DIRS = ("images_2", "images_4", "images_8")
-
-
-def _read_json(path: Path, role: str):
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise InputError(f"cannot read {role} {path}: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise InputError(f"{role} {path} is not UTF-8 text") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputError(f"{role} {path} is not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from None
-
-
-def _check_listed_images(paths, listing: Path):
-    """`paths`: for each frame, the candidate files (any one existing is enough)."""
-    if not paths:
-        raise InputError(f"{listing} lists no frames")
-    missing = [cands[0] for cands in paths if not any(c.is_file() for c in cands)]
-    if len(missing) == len(paths):
-        raise InputError(f"the scene has no images: none of the {len(paths)} images listed in {listing} exist "
-                         f"(first: {missing[0]})")
-    if missing:
-        raise InputError(f"missing image {missing[0]} (listed in {listing}; {len(missing)} of {len(paths)} missing)")
-
-
-def _frames(meta, path: Path):
-    frames = meta.get("frames") if isinstance(meta, dict) else None
-    if not isinstance(frames, list) or not all(isinstance(f, dict) and "file_path" in f for f in frames):
-        raise InputError(f"{path} has no list of frames with file_path entries")
-    return frames
-
-
-def check_scene(dataparser, data=None) -> None:
-    """Raise InputError if the scene a dataparser config points at is clearly unusable."""
-    name = type(dataparser).__name__
-    data = Path(data or getattr(dataparser, "data", None) or "")
-    if not str(data) or not data.exists():
-        raise InputError(f"scene {data} does not exist")
-    if name == "NerfstudioDataParserConfig":
-        path = data if data.suffix == ".json" else data / "transforms.json"
-        root = path.parent
-        if not path.is_file():
-            raise InputError(f"no transforms.json in scene folder {data} (for a COLMAP scene, add `colmap` "
-                             f"after the ns-train options)")
-        frames = _frames(_read_json(path, "transforms file"), path)
-        cands = []
-        for f in frames:
-            p = Path(f["file_path"])
-            cands.append([root / p] + [root / d / p.name for d in _IMAGE_DIRS])  # nerfstudio's downscaled copies
-        _check_listed_images(cands, path)
-    elif name == "BlenderDataParserConfig":
-        path = data / "transforms_train.json"
-        if not path.is_file():
-            raise InputError(f"no transforms_train.json in blender scene folder {data}")
-        for split in ("train", "val", "test"):
-            p = data / f"transforms_{split}.json"
-            if p.is_file():
-                frames = _frames(_read_json(p, "transforms file"), p)
-                _check_listed_images([[data / (f["file_path"].replace("./", "") + ".png")] for f in frames], p)
-    elif name == "ColmapDataParserConfig":
-        model = data / dataparser.colmap_path
-        if not model.is_dir():
-            raise InputError(f"no COLMAP model folder {model} (expected cameras, images and points3D .bin/.txt)")
-        for part in ("cameras", "images"):
-            if not any((model / f"{part}{ext}").is_file() for ext in (".bin", ".txt")):
-                raise InputError(f"COLMAP model {model} has no {part}.bin or {part}.txt")
-
-
 @contextlib.contextmanager
 def user_errors(what: str):
-    """Turn file errors raised while reading user input into one-line InputErrors."""
+    """Turn errors raised while nerfstudio reads user input into one-line InputErrors."""
     try:
         yield
     except InputError:
@@ -110,6 +38,54 @@ def user_errors(what: str):
     except OSError as e:  # PIL's UnidentifiedImageError is an OSError and names the file
         name = getattr(e, "filename", None)
         raise InputError(f"{what}: {name + ': ' if name else ''}{e.strerror or e}") from None
+    except Exception as e:  # noqa: BLE001
+        line = _nerfstudio_failure(e)
+        if line is None:
+            raise
+        raise InputError(f"{what}: {line}") from None
+
+
+# nerfstudio source lines whose failure has a known cause, and what to say
+_HINTS = {
+    "scale_factor /=": "all camera positions coincide (a scene of one image?), so nerfstudio cannot scale the "
+                       "poses; add images, or pass --auto-scale-poses False after the dataparser's name",
+}
+
+
+def _nerfstudio_failure(exc: BaseException):
+    """One line for an exception raised inside nerfstudio's data code (dataparsers, datasets,
+    datamanagers) while it reads the scene: what it was reading (the frame, image or mask, from
+    its own local variables) and why. None for exceptions raised elsewhere."""
+    import traceback
+
+    tb, inner = exc.__traceback__, None
+    while tb is not None:
+        if "/nerfstudio/data/" in tb.tb_frame.f_code.co_filename.replace("\\", "/"):
+            inner = tb
+        tb = tb.tb_next
+    if inner is None:
+        return None
+    local = inner.tb_frame.f_locals
+    culprit = None
+    frame = local.get("frame")
+    if isinstance(frame, dict) and "file_path" in frame:
+        culprit = f"frame {frame['file_path']}"
+    else:
+        for key in ("mask_filepath", "image_filename", "filepath", "fname", "filename"):
+            if isinstance(local.get(key), (str, Path)):
+                culprit = str(local[key])
+                break
+    source = traceback.extract_tb(inner, limit=1)[0].line or ""
+    reason = next((hint for code, hint in _HINTS.items() if code in source), None)
+    if reason is None:
+        text = str(exc).strip().splitlines()[0].strip() if str(exc).strip() else ""
+        if isinstance(exc, KeyError):
+            reason = f"has no {text} entry"
+        elif isinstance(exc, AssertionError) and text:
+            reason = text
+        else:
+            reason = f"{type(exc).__name__}{': ' + text if text else ''} (in nerfstudio: {source.strip()})"
+    return f"{culprit}: {reason}" if culprit else reason
 
 
 def _downscaled_hint(filename) -> str:
@@ -142,11 +118,37 @@ def _checkpoint_paths(tb):
     return torch_path, load_path
 
 
+def _raised_in(tb, fragment: str) -> bool:
+    while tb is not None:
+        if fragment in tb.tb_frame.f_code.co_filename.replace("\\", "/"):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _missing_config(exc, tb):
+    """The --load-config path, when nerfstudio's eval_setup failed to read it."""
+    if not isinstance(exc, FileNotFoundError):
+        return None
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == "eval_setup":
+            path = tb.tb_frame.f_locals.get("config_path")
+            if path is not None and str(path) == str(exc.filename):
+                return path
+        tb = tb.tb_next
+    return None
+
+
 def _one_line(exc_type, exc, tb):
     torch_path, load_path = _checkpoint_paths(tb)
     if isinstance(exc, InputError) or (type(exc).__module__.startswith("jax_backend.")
-                                       and exc_type.__name__ in ("CheckpointError", "PlyError")):
+                                       and exc_type.__name__ in ("CheckpointError", "PlyError", "NonFiniteError")):
         return f"{exc} ({load_path})" if load_path is not None and str(load_path) not in str(exc) else str(exc)
+    config = _missing_config(exc, tb)
+    if config is not None:
+        return f"config file {config} does not exist (--load-config takes the config.yml of a training run)"
+    if isinstance(exc, OSError) and exc.filename and _raised_in(tb, "/nerfstudio/scripts/"):
+        return f"{exc.filename}: {exc.strerror or exc}"  # e.g. an output folder ns-export cannot make
     if isinstance(exc, Exception) and torch_path is not None:
         reason = str(exc).strip().splitlines()[0].split(". ")[0] if str(exc).strip() else exc_type.__name__
         return f"checkpoint {torch_path} is unreadable (truncated or not a checkpoint): {reason}"

@@ -11,7 +11,9 @@ import numpy as np
 from nerfstudio.pipelines.base_pipeline import VanillaPipeline, VanillaPipelineConfig
 
 from .bridge import cameras_to_opencv
-from .errors import check_scene, install_excepthook, no_prompts, user_errors
+from .checks import check_scene, check_views
+from .errors import InputError, install_excepthook, no_prompts, user_errors
+from .export import guard_export
 
 
 @dataclass
@@ -22,15 +24,41 @@ class JaxGSPipelineConfig(VanillaPipelineConfig):
 class JaxGSPipeline(VanillaPipeline):
     def __init__(self, config: JaxGSPipelineConfig, *args, **kwargs):
         install_excepthook()  # bad input below ends the run with one line naming the file
+        guard_export()  # ns-export: output folder checked before the model loads, atomic PLY
         dm = config.datamanager
-        check_scene(dm.dataparser, getattr(dm, "data", None))
-        with no_prompts(), user_errors("loading the scene"):
+        data = getattr(dm, "data", None) or dm.dataparser.data
+        check_scene(dm.dataparser, data)
+        with no_prompts(), user_errors(f"loading the scene {data}"):
             super().__init__(config, *args, **kwargs)
+        test_mode = kwargs.get("test_mode", args[1] if len(args) > 1 else "val")
+        if test_mode == "val":  # training: every image it will read, before any compute
+            self._check_views(training=True)
         outputs = getattr(self.datamanager, "train_dataparser_outputs", None)
         self.model.set_data_background(getattr(outputs, "alpha_color", None))
         from .viewer import install_first_view
 
         install_first_view()  # ns-viewer and ns-train's viewer open at a training camera
+
+    def _check_views(self, training: bool) -> None:
+        dm = self.datamanager
+        with user_errors("checking the scene's images"):
+            if training:
+                check_views(dm.train_dataset, "training")
+            if dm.eval_dataset is not None and len(dm.eval_dataset):
+                check_views(dm.eval_dataset, "evaluation")
+        if training and not (dm.eval_dataset is not None and len(dm.eval_dataset)):
+            print(f"[jax-gs] the scene's {len(dm.train_dataset)} images all train: no evaluation views, so the run "
+                  f"skips evaluation (ns-eval has nothing to measure; the dataparser's --eval-mode and its "
+                  f"train-split settings choose the views held out)")
+
+    def get_average_eval_image_metrics(self, *args, **kwargs):
+        """nerfstudio's (ns-eval), after checking there are evaluation views and their images read."""
+        dm = self.datamanager
+        if dm.eval_dataset is None or not len(dm.eval_dataset):
+            raise InputError(f"the scene {dm.config.data} has no evaluation views (all "
+                             f"{len(dm.train_dataset)} images train): nothing for ns-eval to measure")
+        self._check_views(training=False)
+        return super().get_average_eval_image_metrics(*args, **kwargs)
 
     def ensure_engine(self, max_steps: int, optimizers=None):
         """Build the on-device dataset and the engine on first use (not for viewing or export),

@@ -3,10 +3,11 @@ torch backward happens. Step counts, logs, eval, checkpoints and the viewer foll
 anything due at a step inside a block runs right after it."""
 from __future__ import annotations
 
-import os
+import re
 import time
 from dataclasses import dataclass, field
-from typing import Type
+from pathlib import Path
+from typing import Optional, Type
 
 import torch
 from nerfstudio.engine.trainer import Trainer, TrainerConfig
@@ -14,7 +15,37 @@ from nerfstudio.utils import writer
 from nerfstudio.utils.decorators import check_main_thread
 from nerfstudio.utils.writer import EventName
 
+from jax_backend.files import atomic_open, remove_stale_temps
 from jax_backend.training.schedule import crossed  # light: no JAX import at config time
+
+from .errors import InputError
+
+_CHECKPOINT = re.compile(r"^step-(\d+)\.ckpt$")
+
+
+def checkpoint_steps(folder: Path) -> list:
+    """Steps of the nerfstudio checkpoints (step-NNNNNNNNN.ckpt) in `folder`, sorted."""
+    return sorted(int(m[1]) for p in folder.iterdir() if p.is_file() and (m := _CHECKPOINT.match(p.name)))
+
+
+def resolve_load_dir(load_dir: Path, load_step: Optional[int]):
+    """(folder, step) for `--load-dir` (and `--load-step`): the folder must hold checkpoints; given
+    a run folder, its nerfstudio_models/ is used; otherwise InputError says where they are."""
+    load_dir = Path(load_dir)
+    if not load_dir.is_dir():
+        raise InputError(f"--load-dir {load_dir} " + ("is a file, not a folder" if load_dir.exists() else "does not exist"))
+    steps = checkpoint_steps(load_dir)
+    if not steps and (load_dir / "nerfstudio_models").is_dir() and checkpoint_steps(load_dir / "nerfstudio_models"):
+        print(f"[jax-gs] --load-dir {load_dir} is a run folder: loading from its nerfstudio_models/")
+        load_dir = load_dir / "nerfstudio_models"
+        steps = checkpoint_steps(load_dir)
+    if not steps:
+        found = sorted({p.parent for p in load_dir.glob("**/step-*.ckpt") if _CHECKPOINT.match(p.name)})
+        where = f"; there are some in {found[-1]}" + (f" (and {len(found) - 1} other folders)" if len(found) > 1 else "") if found else ""
+        raise InputError(f"--load-dir {load_dir} holds no checkpoints (step-NNNNNNNNN.ckpt){where}")
+    if load_step is not None and load_step not in steps:
+        raise InputError(f"--load-step {load_step}: {load_dir} has checkpoints for steps {', '.join(map(str, steps))}")
+    return load_dir, (steps[-1] if load_step is None else load_step)
 
 
 @dataclass
@@ -36,12 +67,22 @@ class JaxGSTrainerConfig(TrainerConfig):
 
 
 class JaxGSTrainer(Trainer):
+    def _load_checkpoint(self) -> None:
+        """nerfstudio's, after checking what `--load-dir`/`--load-checkpoint` point at."""
+        c = self.config
+        if c.load_dir is not None:
+            c.load_dir, c.load_step = resolve_load_dir(c.load_dir, c.load_step)
+        elif c.load_checkpoint is not None and not Path(c.load_checkpoint).is_file():
+            raise InputError(f"--load-checkpoint {c.load_checkpoint} does not exist")
+        super()._load_checkpoint()
+
     def train(self) -> None:
         assert self.pipeline.datamanager.train_dataset is not None, "Missing DatsetInputs"
         if hasattr(self.pipeline.datamanager, "train_dataparser_outputs"):
             self.pipeline.datamanager.train_dataparser_outputs.save_dataparser_transform(
                 self.base_dir / "dataparser_transforms.json")
         self._init_viewer_state()
+        remove_stale_temps(self.base_dir, "step-*.ckpt")  # from a run killed while saving
         model = self.pipeline.model
         block = max(1, model.config.steps_per_block)
         done = self._start_step  # steps already trained
@@ -94,7 +135,6 @@ class JaxGSTrainer(Trainer):
         nerfstudio parses every file name in that folder as a step number."""
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         ckpt_path = self.checkpoint_dir / f"step-{step:09d}.ckpt"
-        tmp = self.checkpoint_dir.parent / f".{ckpt_path.name}.{os.getpid()}.tmp"
         state = {
             "step": step,
             "pipeline": self.pipeline.state_dict(),
@@ -102,14 +142,8 @@ class JaxGSTrainer(Trainer):
             "schedulers": {k: v.state_dict() for k, v in self.optimizers.schedulers.items()},
             "scalers": self.grad_scaler.state_dict(),
         }
-        try:
-            with open(tmp, "wb") as f:
-                torch.save(state, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, ckpt_path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with atomic_open(ckpt_path, temp_dir=self.checkpoint_dir.parent) as f:
+            torch.save(state, f)
         if self.config.save_only_latest_checkpoint:
             for f in self.checkpoint_dir.glob("*.ckpt"):
                 if f != ckpt_path:

@@ -2,6 +2,9 @@
 import json
 import shutil
 import sys
+from pathlib import Path
+
+import numpy as np
 
 import pytest
 
@@ -12,7 +15,8 @@ from nerfstudio.data.dataparsers.blender_dataparser import BlenderDataParserConf
 from nerfstudio.data.dataparsers.colmap_dataparser import ColmapDataParserConfig  # noqa: E402
 from nerfstudio.data.dataparsers.nerfstudio_dataparser import NerfstudioDataParserConfig  # noqa: E402
 
-from nerfstudio_jaxgs.errors import InputError, _one_line, check_scene, no_prompts, user_errors  # noqa: E402
+from nerfstudio_jaxgs.checks import check_scene, check_views  # noqa: E402
+from nerfstudio_jaxgs.errors import InputError, _one_line, no_prompts, user_errors  # noqa: E402
 
 from commands import BIN, FOX, run_command  # noqa: E402
 
@@ -117,3 +121,180 @@ def test_ns_train_on_a_bad_scene_fails_in_one_line(tmp_path):
     assert "Traceback" not in out.stderr + out.stdout
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("jax-gs: error: missing image") and str(scene / meta["frames"][2]["file_path"]) in last
+
+
+# ---------------------------------------------------------------- mistakes, checked in-process
+# (tests/test_mistakes.py runs the real ns-* commands on each; these are the fast versions)
+def _parse(scene, split="train", **kw):
+    """nerfstudio's own loading of a nerfstudio-data scene, under jax-gs's translation."""
+    dp = NerfstudioDataParserConfig(data=scene, **kw).setup()
+    with user_errors(f"loading the scene {scene}"):
+        return dp.get_dataparser_outputs(split=split)
+
+
+def test_frames_with_bad_numbers_are_named(tmp_path):
+    scene, meta = _small_scene(tmp_path, n=4)
+    path = scene / "transforms.json"
+    good = json.loads(path.read_text())
+
+    def error_with(change):
+        m = json.loads(json.dumps(good))
+        change(m)
+        path.write_text(json.dumps(m))
+        return _error(lambda: check_scene(NerfstudioDataParserConfig(), scene))
+
+    name = good["frames"][2]["file_path"]
+    msg = error_with(lambda m: m["frames"][2]["transform_matrix"][1].__setitem__(3, float("nan")))
+    assert name in msg and "non-finite" in msg
+    msg = error_with(lambda m: [row.__setitem__(1, row[0]) for row in m["frames"][2]["transform_matrix"][:3]])
+    assert name in msg and "singular" in msg
+    assert "fl_x is 0" in error_with(lambda m: m.__setitem__("fl_x", 0))
+    assert "w is -5" in error_with(lambda m: m.__setitem__("w", -5))
+    msg = error_with(lambda m: m["frames"][1].__setitem__("fl_y", "abc"))
+    assert good["frames"][1]["file_path"] in msg and "fl_y" in msg
+    path.write_text(json.dumps(good))
+    check_scene(NerfstudioDataParserConfig(), scene)  # nothing wrong
+
+
+def test_what_nerfstudio_rejects_is_named_where_it_fails(tmp_path):
+    scene, meta = _small_scene(tmp_path, n=4)
+    path = scene / "transforms.json"
+    m = json.loads(path.read_text())
+    del m["frames"][1]["transform_matrix"]
+    path.write_text(json.dumps(m))
+    msg = _error(lambda: _parse(scene))
+    assert m["frames"][1]["file_path"] in msg and "transform_matrix" in msg
+    m = json.loads(json.dumps(meta))
+    fx = m.pop("fl_x")
+    for f in m["frames"][:3]:
+        f["fl_x"] = fx
+    path.write_text(json.dumps(m))
+    msg = _error(lambda: _parse(scene))
+    assert m["frames"][3]["file_path"] in msg and "fx not specified" in msg
+    one, _ = _small_scene(tmp_path / "one", n=1)
+    msg = _error(lambda: _parse(one))
+    assert "coincide" in msg and "--auto-scale-poses False" in msg
+    _parse(one, auto_scale_poses=False)  # the hint is right: nerfstudio then loads it
+
+
+def _views(scene, split="train"):
+    from nerfstudio.data.datasets.base_dataset import InputDataset
+
+    return InputDataset(_parse(scene, split))
+
+
+def test_every_image_is_checked_cheaply_and_named(tmp_path):
+    from PIL import Image
+
+    scene, meta = _small_scene(tmp_path, n=10)
+    check_views(_views(scene), "training")
+    check_views(_views(scene, "val"), "evaluation")
+    first = scene / meta["frames"][3]["file_path"]  # (nerfstudio itself opens frame 0 for its size)
+    data = first.read_bytes()
+    first.write_bytes(data + b"trailing bytes after the JPEG's end")  # PIL and nerfstudio read it: so do we
+    check_views(_views(scene), "training")
+    first.write_bytes(data[: len(data) // 2])
+    msg = _error(lambda: check_views(_views(scene), "training"))
+    assert f"training image {first}" in msg and "truncated" in msg
+    first.write_bytes(b"")
+    assert "empty" in _error(lambda: check_views(_views(scene), "training"))
+    Image.fromarray(np.zeros((10, 20, 3), np.uint8)).save(first, format="JPEG")
+    msg = _error(lambda: check_views(_views(scene), "training"))
+    assert str(first) in msg and "20x10 pixels" in msg and "its camera is" in msg
+    held_out = _views(scene, "val").image_filenames[0]
+    png = held_out.with_suffix(".png")  # a truncated PNG in its place, named as an evaluation image
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (meta["h"], meta["w"], 4), np.uint8)).save(png)
+    png.write_bytes(png.read_bytes()[: len(png.read_bytes()) // 2])
+    first.write_bytes(data)
+    m = json.loads((scene / "transforms.json").read_text())
+    for f in m["frames"]:
+        if (scene / f["file_path"]).name == held_out.name:
+            f["file_path"] = f"images/{png.name}"
+    (scene / "transforms.json").write_text(json.dumps(m))
+    msg = _error(lambda: check_views(_views(scene, "val"), "evaluation"))
+    assert f"evaluation image {png}" in msg
+
+
+def test_load_dir_is_checked_and_a_run_folder_is_understood(tmp_path):
+    from nerfstudio_jaxgs.trainer import resolve_load_dir
+
+    assert "does not exist" in _error(lambda: resolve_load_dir(tmp_path / "nope", None))
+    run = tmp_path / "run"
+    models = run / "nerfstudio_models"
+    models.mkdir(parents=True)
+    for step in (9, 19):
+        (models / f"step-{step:09d}.ckpt").write_bytes(b"x")
+    (run / ".step-000000029.ckpt.123.abc.tmp").write_bytes(b"x")  # what a killed save leaves
+    (run / "config.yml").write_text("x")
+    assert resolve_load_dir(models, None) == (models, 19)
+    assert resolve_load_dir(run, None) == (models, 19)  # the run folder: its nerfstudio_models/
+    assert resolve_load_dir(run, 9) == (models, 9)
+    assert "9, 19" in _error(lambda: resolve_load_dir(run, 5))
+    msg = _error(lambda: resolve_load_dir(tmp_path, None))  # two levels up: says where they are
+    assert "holds no checkpoints" in msg and str(models) in msg
+
+
+def test_stale_temporary_files_are_removed_and_live_ones_kept(tmp_path):
+    import os
+    import subprocess
+
+    from jax_backend.files import atomic_open, remove_stale_temps
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    stale = tmp_path / f".splat.ply.{dead}.abcd1234.tmp"
+    live = tmp_path / f".splat.ply.{os.getppid()}.abcd1234.tmp"
+    other = tmp_path / f".step-000000001.ckpt.{dead}.tmp"
+    for p in (stale, live, other):
+        p.write_bytes(b"x")
+    assert remove_stale_temps(tmp_path, "splat.ply") == [stale]
+    assert live.exists() and other.exists()
+    target = tmp_path / "a.bin"
+    target.write_bytes(b"old")
+    with pytest.raises(RuntimeError):
+        with atomic_open(target) as f:
+            f.write(b"new, half")
+            raise RuntimeError("killed")
+    assert target.read_bytes() == b"old" and not list(tmp_path.glob(".a.bin.*"))
+
+
+def test_export_writes_nerfstudios_bytes_atomically(tmp_path):
+    """The exporter's PLY for a jax-gs model is byte for byte what nerfstudio's own write_ply
+    writes (the reference), from one array, and no Gaussians left is one line."""
+    from collections import OrderedDict
+
+    from nerfstudio.scripts.exporter import ExportGaussianSplat
+
+    from nerfstudio_jaxgs.export import check_output_folder, write_ply_atomic
+
+    rng = np.random.default_rng(0)
+    n = 37
+    tensors = OrderedDict()
+    for k in ("x", "y", "z"):
+        tensors[k] = rng.normal(size=n).astype(np.float32)
+    tensors["nx"] = np.zeros(n, np.float64)
+    tensors["red"] = rng.integers(0, 255, n).astype(np.uint8)
+    tensors["f_dc_0"] = rng.normal(size=(n, 1)).astype(np.float32)
+    tensors["opacity"] = rng.normal(size=(n, 1))
+    ExportGaussianSplat.write_ply(str(tmp_path / "reference.ply"), n, tensors)
+    write_ply_atomic(str(tmp_path / "ours.ply"), n, tensors)
+    assert (tmp_path / "ours.ply").read_bytes() == (tmp_path / "reference.ply").read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ours.ply", "reference.ply"]
+    assert "nothing to export" in _error(lambda: write_ply_atomic(str(tmp_path / "none.ply"), 0, tensors))
+    afile = tmp_path / "ours.ply"
+    assert "is a file" in _error(lambda: check_output_folder(afile, "splat.ply"))
+    from mistakes import read_only_folder
+
+    ro = read_only_folder(tmp_path)
+    assert str(ro) in _error(lambda: check_output_folder(ro, "splat.ply"))
+
+
+def test_a_missing_load_config_is_one_line(tmp_path):
+    from nerfstudio.utils.eval_utils import eval_setup
+
+    missing = tmp_path / "run" / "config.yml"
+    try:
+        eval_setup(missing)
+    except FileNotFoundError as e:
+        line = _one_line(type(e), e, e.__traceback__)
+    assert line == f"config file {missing} does not exist (--load-config takes the config.yml of a training run)"

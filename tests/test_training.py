@@ -196,3 +196,37 @@ def test_coarse_to_fine_training_resolution(scene):
     coarse, _ = tr.run_block()
     fine, _ = tr.run_block()
     assert coarse["num_intersections"].mean() < 0.7 * fine["num_intersections"].mean()
+
+
+def test_diverging_training_stops_naming_the_step_and_the_arrays(scene):
+    """A learning rate that blows the scales up: run_block raises NonFiniteError naming the step
+    range and the parameters, and the trainer keeps the state from before the block."""
+    from dataclasses import replace
+
+    from jax_backend import NonFiniteError, OptimConfig
+    from jax_backend.training.optim import GroupConfig
+
+    _, train, _ = scene
+    tr = _trainer(train, DefaultStrategy(), 256, 100, optim=replace(OptimConfig(), scales=GroupConfig(1e30)))
+    tr.cfg = replace(tr.cfg, steps_per_block=10)
+    before = jax.device_get(tr.state.gaussians.params)
+    with pytest.raises(NonFiniteError) as e:
+        tr.run_block(10)
+    msg = str(e.value)
+    assert "diverged" in msg and "steps 0-9" in msg and "scales" in msg, msg
+    assert tr.step == 0
+    after = jax.device_get(tr.state.gaussians.params)
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+
+
+def test_images_with_and_without_alpha_train_together():
+    """RGBA among RGB images (nerfstudio reads both): those without alpha are opaque."""
+    from jax_backend import make_dataset
+
+    rgb = np.full((4, 5, 3), 10, np.uint8)
+    rgba = np.full((4, 5, 4), 20, np.uint8)
+    eye = np.eye(4, dtype=np.float32)
+    data = make_dataset([rgb, rgba], np.stack([eye, eye]), np.stack([np.eye(3, dtype=np.float32)] * 2))
+    images = np.asarray(data.images)
+    assert images.shape == (2, 4, 5, 4)
+    assert (images[0, ..., :3] == 10).all() and (images[0, ..., 3] == 255).all() and (images[1] == 20).all()

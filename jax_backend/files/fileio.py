@@ -1,9 +1,15 @@
-"""Atomic file writes (temp file in the same folder, fsync, rename: a kill mid-write leaves the
-previous file intact), a minimal PNG encoder, and a background writer thread."""
+"""Atomic file writes (a temporary file, fsync, rename: a kill mid-write leaves the previous file
+intact), the clean-up of temporary files a killed writer left, a minimal PNG encoder, and a
+background writer thread.
+
+Temporary files are named `.<target name>.<pid>.<random>.tmp`, so a later run can tell one left by
+a dead process (removed by `remove_stale_temps`) from one another process is writing."""
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
+import re
 import struct
 import tempfile
 import threading
@@ -13,15 +19,19 @@ from pathlib import Path
 import numpy as np
 
 
-def atomic_write(path, data: bytes) -> Path:
-    """Write `data` to `path` so that readers see the old file or the whole new one, never a part:
-    a temporary file in the same folder, fsync, rename. Creates the folder. Returns the path."""
+@contextlib.contextmanager
+def atomic_open(path, temp_dir=None):
+    """Open `path` for writing so that readers see the old file or the whole new one, never a
+    part: yields a binary file in `temp_dir` (default: `path`'s folder, which must be on the same
+    file system), fsynced and renamed onto `path` when the block ends without an exception, and
+    removed when it raises. Creates the folders."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    folder = Path(temp_dir) if temp_dir is not None else path.parent
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -29,7 +39,42 @@ def atomic_write(path, data: bytes) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    return path
+
+
+def atomic_write(path, data: bytes, temp_dir=None) -> Path:
+    """Write `data` to `path` atomically (`atomic_open`). Returns the path."""
+    with atomic_open(path, temp_dir) as f:
+        f.write(data)
+    return Path(path)
+
+
+_TEMP = re.compile(r"^\.(?P<name>.+?)\.(?P<pid>\d+)(\.[^.]*)?\.tmp$")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_temps(folder, name_glob: str = "*") -> list:
+    """Remove the temporary files `atomic_open` left in `folder` for targets matching `name_glob`
+    when the process that wrote them is gone (killed mid-write). Returns the removed paths."""
+    folder = Path(folder)
+    removed = []
+    if not folder.is_dir():
+        return removed
+    for p in folder.glob(f".{name_glob}.*.tmp"):
+        m = _TEMP.match(p.name)
+        if m and int(m["pid"]) != os.getpid() and not _alive(int(m["pid"])):
+            with contextlib.suppress(OSError):
+                p.unlink()
+                removed.append(p)
+    return removed
 
 
 def png_bytes(image) -> bytes:

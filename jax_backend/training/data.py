@@ -33,11 +33,16 @@ class Dataset(NamedTuple):
         return self.images.shape[2]
 
 
+def _opaque(im):
+    return 255 if im.dtype == np.uint8 else 1.0
+
+
 def make_dataset(images, viewmats, Ks, masks=None) -> Dataset:
     """Pad the views to one size and put them on the device.
 
     Args:
       images: list of [H_i, W_i, 3|4] uint8 (or float in [0, 1]) arrays, or one [V, H, W, C] array.
+        When some have an alpha channel and some do not, those without are opaque.
       viewmats: [V, 4, 4] world-to-camera (OpenCV axes); Ks: [V, 3, 3].
       masks: optional list of [H_i, W_i] bool, the pixels to train on.
 
@@ -47,9 +52,11 @@ def make_dataset(images, viewmats, Ks, masks=None) -> Dataset:
     images = [np.asarray(im) for im in images]
     if not images:
         raise ValueError("no training images")
-    chans = {im.shape[-1] for im in images}
-    if len(chans) != 1 or chans.pop() not in (3, 4) or any(im.ndim != 3 for im in images):
-        raise ValueError(f"images must all be [H,W,3] or all [H,W,4]; got shapes {sorted({im.shape for im in images})}")
+    if any(im.ndim != 3 or im.shape[-1] not in (3, 4) for im in images):
+        raise ValueError(f"images must be [H,W,3] or [H,W,4]; got shapes {sorted({im.shape for im in images})}")
+    if len({im.shape[-1] for im in images}) > 1:  # RGB among RGBA: opaque
+        images = [im if im.shape[-1] == 4 else np.concatenate([im, np.full_like(im[..., :1], _opaque(im))], -1)
+                  for im in images]
     H = max(im.shape[0] for im in images)
     W = max(im.shape[1] for im in images)
     V, C = len(images), images[0].shape[-1]

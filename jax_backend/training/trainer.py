@@ -21,6 +21,20 @@ from .step import TrainConfig, init_state, refine_state, train_block
 from .strategy import RefineInfo
 
 
+class NonFiniteError(FloatingPointError):
+    """Training diverged: a loss or a Gaussian parameter became NaN or infinite. The message
+    names the step and the arrays; the trainer keeps the state from before the block."""
+
+
+@jax.jit
+def nonfinite_rows(params: dict, alive) -> dict:
+    """{parameter name: number of live Gaussians with a non-finite value in it}."""
+    def count(x):
+        bad = ~jnp.isfinite(x.reshape(x.shape[0], -1)).all(axis=1)
+        return jnp.sum(bad & alive)
+    return {name: count(x) for name, x in params.items()}
+
+
 class Trainer:
     """Host side: dispatches blocks, grows buffers when the device says they are too small.
 
@@ -151,6 +165,27 @@ class Trainer:
             self.log(f"[jax-gs] step {self.step}: intersection buffer too small ({needed} needed); "
                      f"grown to {self.isect_capacity}, block run again")
 
+    def _check_finite(self, state, metrics, first: int):
+        """NonFiniteError naming the first step whose loss is not finite and the parameters with
+        non-finite values, if any."""
+        loss_ok = np.isfinite(metrics["loss"]).reshape(len(metrics["loss"]), -1).all(axis=1)
+        one = jax.tree_util.tree_map(lambda x: x.addressable_shards[0].data[0], state) if self.parallel else state
+        counts = {k: int(v) for k, v in jax.device_get(nonfinite_rows(one.gaussians.params, one.gaussians.alive)).items()}
+        bad = {k: v for k, v in counts.items() if v}
+        if loss_ok.all() and not bad:
+            return
+        alive = int(jnp.sum(one.gaussians.alive))
+        arrays = ", ".join(f"{k} ({v} of {alive} Gaussians)" for k, v in bad.items())
+        last = first + len(loss_ok) - 1
+        if not loss_ok.all():
+            step = first + int(np.argmin(loss_ok))
+            when = f"at step {step}: the loss is {float(np.asarray(metrics['loss'])[step - first].ravel()[0])}"
+            when += f"; non-finite parameters after step {last}: {arrays}" if arrays else ""
+        else:
+            when = f"in steps {first}-{last}: non-finite parameters: {arrays}"
+        raise NonFiniteError(f"training diverged {when} (a learning rate too high?); the run stops, keeping "
+                             f"nothing of steps {first}-{last}")
+
     def _refine_again_with_room(self, info: RefineInfo, num_steps: int) -> RefineInfo:
         """Density control wanted more slots than there are: grow them, refine the same steps again."""
         if info.slots_needed <= self.state.gaussians.capacity:
@@ -180,7 +215,10 @@ class Trainer:
           overflow, plus num_alive; the block's RefineInfo as Python values).
         """
         num_steps = num_steps or min(self.cfg.steps_per_block, max(self.cfg.max_steps - self.step, 1))
-        self._state, metrics, info = self._dispatch(num_steps)
+        first = self.step
+        state, metrics, info = self._dispatch(num_steps)
+        self._check_finite(state, metrics, first)  # raises, keeping the state from before the block
+        self._state = state
         info = self._refine_again_with_room(info, num_steps)
         metrics["num_alive"] = int(jnp.sum(self.state.gaussians.alive))
         self._log_budget(info)
