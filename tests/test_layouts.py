@@ -124,29 +124,53 @@ def test_blender_rgba_follows_the_alpha_color(tmp_path, alpha_color):
         np.testing.assert_allclose(pipeline.model.background_color.numpy(), expected)  # eval and previews too
 
 
-def write_forward_facing_scene(dst: Path, width=64, height=48):
+def write_forward_facing_scene(dst: Path, width=64, height=48, textured=False, focal=60.0):
     """A forward-facing capture (LLFF-like) in nerfstudio-data format: 12 cameras on a small plane,
     all looking the same way at a wall of points 4 units in front of them (its point cloud is the
-    capture's sparse_pc.ply, so the Gaussians start on the wall). Images are flat grey: only the
-    geometry matters here."""
+    capture's sparse_pc.ply, so the Gaussians start on the wall). Images are flat grey (only the
+    geometry matters), or with `textured` the wall's coloured Gaussians rendered from each camera
+    by jax-gs's rasterizer (a scene to look at)."""
     from PIL import Image
 
     (dst / "images").mkdir(parents=True)
-    frames = []
-    for i, (x, y) in enumerate([(x, y) for x in np.linspace(-0.3, 0.3, 4) for y in np.linspace(-0.2, 0.2, 3)]):
+    rng = np.random.default_rng(0)
+    n, w, h = (8000, 4.0, 3.0) if textured else (3000, 2.0, 1.5)  # textured: wide enough to fill a viewer
+    wall = np.stack([rng.uniform(-w, w, n), rng.uniform(-h, h, n), rng.uniform(-4.2, -3.8, n)], -1)
+    colours = rng.integers(60, 256, (len(wall), 3)) if textured else np.tile([200, 120, 80], (len(wall), 1))
+    c2ws = []
+    for x, y in [(x, y) for x in np.linspace(-0.3, 0.3, 4) for y in np.linspace(-0.2, 0.2, 3)]:
         c2w = np.eye(4)
         c2w[:3, 3] = [x, y, 0.0]  # OpenGL axes: looking along -z
-        Image.fromarray(np.full((height, width, 3), 128, np.uint8)).save(dst / "images" / f"{i:03d}.png")
+        c2ws.append(c2w)
+    images = (_render_wall(wall, colours, c2ws, width, height, focal) if textured
+              else [np.full((height, width, 3), 128, np.uint8)] * len(c2ws))
+    frames = []
+    for i, (c2w, im) in enumerate(zip(c2ws, images)):
+        Image.fromarray(im).save(dst / "images" / f"{i:03d}.png")
         frames.append({"file_path": f"images/{i:03d}.png", "transform_matrix": c2w.tolist()})
-    rng = np.random.default_rng(0)
-    wall = np.stack([rng.uniform(-2, 2, 3000), rng.uniform(-1.5, 1.5, 3000), rng.uniform(-4.2, -3.8, 3000)], -1)
     lines = ["ply", "format ascii 1.0", f"element vertex {len(wall)}", "property float x", "property float y",
              "property float z", "property uchar red", "property uchar green", "property uchar blue", "end_header"]
-    lines += [f"{p[0]:.5f} {p[1]:.5f} {p[2]:.5f} 200 120 80" for p in wall]
+    lines += [f"{p[0]:.5f} {p[1]:.5f} {p[2]:.5f} {c[0]} {c[1]} {c[2]}" for p, c in zip(wall, colours)]
     (dst / "sparse_pc.ply").write_text("\n".join(lines) + "\n")
-    meta = {"fl_x": 60.0, "fl_y": 60.0, "cx": width / 2, "cy": height / 2, "w": width, "h": height,
+    meta = {"fl_x": focal, "fl_y": focal, "cx": width / 2, "cy": height / 2, "w": width, "h": height,
             "frames": frames, "ply_file_path": "sparse_pc.ply"}
     (dst / "transforms.json").write_text(json.dumps(meta))
+
+
+def _render_wall(points, colours, c2ws, width, height, focal):
+    """The wall's points as opaque Gaussians (sigma 8 cm), rendered from OpenGL camera-to-worlds."""
+    import jax.numpy as jnp
+
+    from jax_backend import rasterization
+
+    n = len(points)
+    flip = np.diag([1.0, -1.0, -1.0, 1.0])  # OpenGL -> OpenCV camera axes
+    viewmats = np.stack([np.linalg.inv(c2w @ flip) for c2w in c2ws]).astype(np.float32)
+    K = np.array([[focal, 0, width / 2], [0, focal, height / 2], [0, 0, 1]], np.float32)
+    rgb, _, _ = rasterization(jnp.asarray(points, jnp.float32), jnp.tile(jnp.array([1.0, 0, 0, 0]), (n, 1)),
+                              jnp.full((n, 3), 0.08), jnp.full((n,), 0.95), jnp.asarray(colours / 255.0, jnp.float32),
+                              jnp.asarray(viewmats), jnp.asarray(np.stack([K] * len(c2ws))), width, height)
+    return [np.asarray(np.clip(im, 0, 1) * 255 + 0.5, np.uint8) for im in np.asarray(rgb)]
 
 
 def _viser_default_camera(width=64, height=48):
@@ -182,3 +206,25 @@ def test_viser_s_default_view_misses_a_forward_facing_capture(tmp_path):
     assert sees_the_scene(model, pipeline.datamanager.train_dataset.cameras[0:1])
     fox = _pipeline(NerfstudioDataParserConfig(data=FOX))  # 360 degrees: random Gaussians around the origin
     assert sees_the_scene(fox.model, _viser_default_camera())
+
+
+def test_rgba_pngs_among_rgb_jpegs_train(tmp_path):
+    """nerfstudio reads a capture whose images are partly RGBA PNGs: so does jax-gs (the RGB ones
+    are opaque), up to the engine's on-device dataset."""
+    from PIL import Image
+
+    from nerfstudio.data.dataparsers.nerfstudio_dataparser import NerfstudioDataParserConfig
+
+    meta = _fox_copy(tmp_path)
+    for f in meta["frames"][::3]:
+        jpg = tmp_path / f["file_path"]
+        rgba = np.concatenate([np.asarray(Image.open(jpg)), np.full((meta["h"], meta["w"], 1), 200, np.uint8)], -1)
+        Image.fromarray(rgba, "RGBA").save(jpg.with_suffix(".png"))
+        jpg.unlink()
+        f["file_path"] = str(Path(f["file_path"]).with_suffix(".png"))
+    (tmp_path / "transforms.json").write_text(json.dumps(meta))
+    pipeline = _pipeline(NerfstudioDataParserConfig(data=tmp_path))
+    assert {im.shape[-1] for im in _train_images(pipeline)} == {3, 4}
+    images = np.asarray(pipeline.ensure_engine(10).data.images)
+    centre = images[:, images.shape[1] // 2, images.shape[2] // 2, 3]
+    assert images.shape[-1] == 4 and set(centre.tolist()) == {200, 255}

@@ -337,3 +337,18 @@ def test_viewer_first_view_check_tells_an_empty_view():
 
     assert sees_the_scene(model, camera(+1))
     assert not sees_the_scene(model, camera(-1))
+
+
+@pytest.mark.slow
+def test_viewer_opens_on_a_forward_facing_capture(tmp_path):
+    """The reported empty canvas: a forward-facing capture trained briefly, opened in ns-viewer in
+    a real browser, shows the scene (the viewer starts at a training camera when viser's default
+    view sees nothing)."""
+    from test_layouts import write_forward_facing_scene
+
+    scene = tmp_path / "ff"
+    write_forward_facing_scene(scene, width=128, height=96, focal=120.0, textured=True)
+    _run([BIN / "ns-train", "jax-gs", "--data", scene, "--max-num-iterations", "100", "--timestamp", "a",
+          "--vis", "tensorboard", "--machine.device-type", "cpu", "--pipeline.model.steps-per-block", "50",
+          "--output-dir", tmp_path, "nerfstudio-data"])
+    viewer_shows_the_render(tmp_path / "ff" / "jax-gs" / "a" / "config.yml", tmp_path)
