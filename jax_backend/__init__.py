@@ -24,6 +24,7 @@ _EXPORTS = {
     "save_checkpoint": "files",
     "write_ply": "files",
     "RASTERIZERS": "rendering",
+    "RASTERIZE_MODES": "rendering",
     "RENDER_MODES": "rendering",
     "rasterization": "rendering",
     "Dataset": "training.data",

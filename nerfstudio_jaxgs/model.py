@@ -218,6 +218,7 @@ class JaxGSModel(SplatfactoModel):
             keep = self.crop_box.within(means).numpy()
         colors, alpha = render_gaussians(self.gaussians, vm[0], K[0], W, H, sh_degree=self._sh_degree_now(),
                                          background=bg, render_mode="RGB+ED", rasterizer=self.config.rasterizer,
+                                         rasterize_mode=self.config.rasterize_mode,
                                          keep=keep)
         colors, alpha = np.asarray(colors[:h, :w]), np.asarray(alpha[:h, :w])
         return {

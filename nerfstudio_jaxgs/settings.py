@@ -13,7 +13,6 @@ from .errors import InputError
 
 # splatfacto's settings jax-gs does not implement yet, with what to do instead
 UNSUPPORTED = {
-    "rasterize_mode": "jax-gs renders in the classic mode only (antialiased is not implemented yet)",
     "camera_optimizer": "camera pose optimisation is not implemented yet: use --pipeline.model.camera-optimizer.mode off",
     "use_scale_regularization": "scale regularisation is not implemented yet",
     "max_gauss_ratio": "it only matters with use-scale-regularization, which is not implemented yet",
@@ -144,6 +143,7 @@ def train_config(config, max_steps: int, num_train_data: int, optimizers: dict, 
     except ValueError as e:
         raise InputError(str(e)) from None
     return TrainConfig(max_steps=max_steps, steps_per_block=config.steps_per_block, rasterizer=config.rasterizer,
+                       rasterize_mode=config.rasterize_mode,
                        sh_degree=config.sh_degree, sh_degree_interval=config.sh_degree_interval,
                        ssim_lambda=config.ssim_lambda, background=background, strategy=strat,
                        num_downscales=config.num_downscales, resolution_schedule=config.resolution_schedule,

@@ -40,8 +40,10 @@ def sh_color(coeffs, d, degree):
 
 
 def render(means, quats, scales, opacities, colors, viewmat, K, width, height, *, sh_degree=None,
-           background=None, near_plane=0.01, eps2d=0.3, render_mode="RGB", means2d_offset=None):
-    """One camera. Returns image [H,W,ch], alpha [H,W]."""
+           background=None, near_plane=0.01, eps2d=0.3, render_mode="RGB", means2d_offset=None,
+           rasterize_mode="classic"):
+    """One camera. Returns image [H,W,ch], alpha [H,W]. "antialiased": each opacity times
+    sqrt(det(S) / det(S + eps2d I)) for the projected covariance S (Mip-Splatting)."""
     means, quats, scales, opacities, colors = (np.asarray(a, np.float64) for a in (means, quats, scales, opacities, colors))
     viewmat, K = np.asarray(viewmat, np.float64), np.asarray(K, np.float64)
     R, t = viewmat[:3, :3], viewmat[:3, 3]
@@ -66,6 +68,9 @@ def render(means, quats, scales, opacities, colors, viewmat, K, width, height, *
         J = np.array([[fx / z, 0, -fx * tx / z**2], [0, fy / z, -fy * ty / z**2]])
         c2 = J @ cov @ J.T + eps2d * np.eye(2)
         conic = np.linalg.inv(c2)
+        o = opacities[i]
+        if rasterize_mode == "antialiased":
+            o = o * np.sqrt(max(np.linalg.det(c2 - eps2d * np.eye(2)), 0.0) / np.linalg.det(c2))
         mx, my = fx * x / z + cx, fy * y / z + cy
         if means2d_offset is not None:
             mx, my = mx + means2d_offset[i][0], my + means2d_offset[i][1]
@@ -75,7 +80,7 @@ def render(means, quats, scales, opacities, colors, viewmat, K, width, height, *
             col = colors[i]
         feat = {"RGB": col, "D": np.array([z]), "ED": np.array([z]),
                 "RGB+D": np.append(col, z), "RGB+ED": np.append(col, z)}[render_mode]
-        items.append((z, i, mx, my, conic, opacities[i], feat))
+        items.append((z, i, mx, my, conic, o, feat))
     items.sort(key=lambda it: (it[0], it[1]))
     base = 3 if sh_degree is not None else colors.shape[-1]
     ch = {"RGB": base, "D": 1, "ED": 1, "RGB+D": base + 1, "RGB+ED": base + 1}[render_mode]

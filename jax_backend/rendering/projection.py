@@ -20,6 +20,10 @@ class Projected(NamedTuple):
     depths: jnp.ndarray  # [N] view-space z
     extents: jnp.ndarray  # [N, 2] half-size in pixels of the box where alpha can reach 1/255
     valid: jnp.ndarray  # [N] bool
+    opacities: jnp.ndarray  # [N] the opacity blended: the input, or compensated (antialiased)
+
+
+RASTERIZE_MODES = ("classic", "antialiased")
 
 
 def quat_to_rotmat(quats: jnp.ndarray) -> jnp.ndarray:
@@ -53,8 +57,15 @@ def project_gaussians(
     height: int,
     near_plane: float = 0.01,
     eps2d: float = 0.3,
+    rasterize_mode: str = "classic",
 ) -> Projected:
     """EWA projection with the tan-fov guard of 3DGS/gsplat, the eps2d low-pass and near culling.
+
+    `rasterize_mode="antialiased"` (Mip-Splatting's 2D filter, gsplat's name): the low-pass keeps
+    each Gaussian's total weight instead of widening it, o' = o sqrt(det(S) / det(S + eps2d I))
+    for the 2D covariance S, so splats much smaller than a pixel fade instead of growing into
+    pixel-sized blobs (no aliasing when the scene is seen from further away or at a lower
+    resolution than it was trained at). "classic" blends o itself (3DGS).
 
     The extent is opacity-aware: the ellipse q <= 2 ln(255 o) holds every pixel centre where
     alpha = o exp(-q/2) reaches 1/255, and its axis-aligned half-sizes are sqrt(2 ln(255 o) cov_xx),
@@ -93,6 +104,12 @@ def project_gaussians(
     dets = jnp.where(det_ok, det, 1.0)
     conics = jnp.stack([c11 / dets, -c01 / dets, c00 / dets], -1)
     means2d = jnp.stack([fx * x / zs + cx, fy * y / zs + cy], -1)
+    if rasterize_mode == "antialiased":
+        det_raw = cov2d[:, 0, 0] * cov2d[:, 1, 1] - cov2d[:, 0, 1] * cov2d[:, 0, 1]
+        ratio = jnp.where(det_ok & (det_raw > 0), det_raw / dets, 1.0)  # safe inside the sqrt
+        opacities = jnp.where(det_ok & (det_raw > 0), opacities * jnp.sqrt(ratio), 0.0)
+    elif rasterize_mode != "classic":
+        raise ValueError(f"rasterize_mode must be one of {RASTERIZE_MODES}, got {rasterize_mode!r}")
 
     visible_opacity = opacities >= ALPHA_MIN
     level = 2.0 * jnp.log(jnp.maximum(opacities, ALPHA_MIN) * 255.0)  # q threshold
@@ -104,4 +121,4 @@ def project_gaussians(
         & (means2d[:, 1] - extents[:, 1] < height)
     )
     valid = in_front & det_ok & visible_opacity & on_screen
-    return Projected(means2d, conics, z, extents, valid)
+    return Projected(means2d, conics, z, extents, valid, opacities)

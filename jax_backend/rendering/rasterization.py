@@ -14,7 +14,7 @@ import numpy as np
 
 from .binning import bin_gaussians, next_capacity
 from .composite import CompositeConfig, composite, get_rasterizer
-from .projection import project_gaussians
+from .projection import RASTERIZE_MODES, project_gaussians
 from .sh import sh_to_color
 from .tiles import TileGrid
 
@@ -54,10 +54,12 @@ def _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degr
         raise ValueError(f"backgrounds must be [C,D], got {backgrounds.shape}")
 
 
-def _render_one(cfg: CompositeConfig, capacity: int, render_mode: str, near_plane: float, eps2d: float, use_sh: bool,
-                means, quats, scales, opacities, colors, viewmat, K, background, probe, sh_degree):
+def _render_one(cfg: CompositeConfig, capacity: int, render_mode: str, near_plane: float, eps2d: float,
+                rasterize_mode: str, use_sh: bool, means, quats, scales, opacities, colors, viewmat, K, background, probe,
+                sh_degree):
     grid = cfg.grid
-    proj = project_gaussians(means, quats, scales, opacities, viewmat, K, grid.width, grid.height, near_plane, eps2d)
+    proj = project_gaussians(means, quats, scales, opacities, viewmat, K, grid.width, grid.height, near_plane, eps2d,
+                             rasterize_mode)
     if use_sh:
         campos = -viewmat[:3, :3].T @ viewmat[:3, 3]
         colors = sh_to_color(colors, means - campos, active_degree=sh_degree)
@@ -71,7 +73,7 @@ def _render_one(cfg: CompositeConfig, capacity: int, render_mode: str, near_plan
 
     # binning is discrete: keep autodiff out of it (no tangents through the sort)
     bins = bin_gaussians(jax.lax.stop_gradient(proj), grid, capacity)
-    geom = jnp.concatenate([proj.means2d, proj.conics, opacities[:, None]], -1)  # blend.GEOM_ROWS
+    geom = jnp.concatenate([proj.means2d, proj.conics, proj.opacities[:, None]], -1)  # blend.GEOM_ROWS
     image, alpha = composite(cfg, geom, feats, bg, probe, bins.lists)
     if render_mode.endswith("ED"):
         image = image.at[..., -1].divide(jnp.maximum(alpha, 1e-10))
@@ -88,13 +90,14 @@ def _render_one(cfg: CompositeConfig, capacity: int, render_mode: str, near_plan
     return image, alpha[..., None], meta
 
 
-@partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5))
-def _rasterize_jit(cfg, capacity, render_mode, near_plane, eps2d, use_sh,
+@partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5, 6))
+def _rasterize_jit(cfg, capacity, render_mode, near_plane, eps2d, rasterize_mode, use_sh,
                    means, quats, scales, opacities, colors, viewmats, Ks, backgrounds, probe, sh_degree):
     """Cameras one after another (`lax.map`), not vmapped: a vmapped while loop would run every
     camera to the longest one and select over whole carries at each step."""
     per_camera_colors = not use_sh and colors.ndim == 3
-    fn = partial(_render_one, cfg, capacity, render_mode, near_plane, eps2d, use_sh, means, quats, scales, opacities)
+    fn = partial(_render_one, cfg, capacity, render_mode, near_plane, eps2d, rasterize_mode, use_sh, means, quats,
+                 scales, opacities)
 
     def one(xs):
         col, vm, K, bg, pr = xs
@@ -123,6 +126,7 @@ def rasterization(
     near_plane: float = 0.01,
     eps2d: float = 0.3,
     render_mode: str = "RGB",
+    rasterize_mode: str = "classic",
     rasterizer: str = "flat",
     tile_size: int = 16,
     capacity: Optional[int] = None,
@@ -148,6 +152,8 @@ def rasterization(
       backgrounds: [C, D] features behind the Gaussians (default zeros).
       near_plane, eps2d: projection's near cull and 2D low-pass (pixels^2).
       render_mode: "RGB", "D" (accumulated depth), "ED" (expected depth), "RGB+D", "RGB+ED".
+      rasterize_mode: "classic" (3DGS) or "antialiased" (Mip-Splatting's 2D filter with opacity
+        compensation, o * sqrt(det(S) / det(S + eps2d I)), as gsplat's; `projection.py`).
       rasterizer: "flat" or "standard" (`composite.RASTERIZERS`).
       tile_size: tile edge in pixels.
       capacity: intersection buffer size. Called eagerly, a buffer that turns out too small is
@@ -171,6 +177,8 @@ def rasterization(
     if backgrounds is not None:
         backgrounds = jnp.asarray(backgrounds, jnp.float32)
     _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degree, backgrounds, render_mode, rasterizer)
+    if rasterize_mode not in RASTERIZE_MODES:
+        raise ValueError(f"rasterize_mode must be one of {RASTERIZE_MODES}, got {rasterize_mode!r}")
     width, height = int(width), int(height)
     if width <= 0 or height <= 0:
         raise ValueError(f"width and height must be positive, got {width}x{height}")
@@ -188,7 +196,7 @@ def rasterization(
     key = (n, c, width, height, int(tile_size))
     cap = int(capacity) if capacity is not None else default_capacity(*key)
     while True:
-        out = _rasterize_jit(cfg, cap, render_mode, float(near_plane), float(eps2d), use_sh, *arrays)
+        out = _rasterize_jit(cfg, cap, render_mode, float(near_plane), float(eps2d), rasterize_mode, use_sh, *arrays)
         if traced:
             return out
         needed = int(np.max(np.asarray(out[2]["num_intersections"])))

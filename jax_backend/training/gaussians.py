@@ -136,7 +136,7 @@ def alive_first(gaussians: Gaussians):
 
 
 def render_gaussians(gaussians: Gaussians, viewmat, K, width: int, height: int, *, sh_degree, background=None,
-                     render_mode: str = "RGB+ED", rasterizer: str = "flat", keep=None):
+                     render_mode: str = "RGB+ED", rasterizer: str = "flat", rasterize_mode: str = "classic", keep=None):
     """Render the alive Gaussians from one camera (eagerly: the intersection buffer grows as needed).
 
     Args:
@@ -147,6 +147,7 @@ def render_gaussians(gaussians: Gaussians, viewmat, K, width: int, height: int, 
       background: [3] colour behind the Gaussians (black when None).
       render_mode: as `rasterization`.
       rasterizer: "flat" or "standard".
+      rasterize_mode: "classic" or "antialiased" (as `rasterization`).
       keep: optional [capacity] bool, Gaussians to render (others get opacity 0; e.g. a crop box).
 
     Returns:
@@ -158,5 +159,6 @@ def render_gaussians(gaussians: Gaussians, viewmat, K, width: int, height: int, 
     bg = None if background is None else jnp.asarray(background, jnp.float32).reshape(1, -1)
     colors, alpha, _ = rasterization(means, quats, scales, opacities, sh, jnp.asarray(viewmat, jnp.float32)[None],
                                      jnp.asarray(K, jnp.float32)[None], width, height, sh_degree=sh_degree,
-                                     backgrounds=bg, render_mode=render_mode, rasterizer=rasterizer)
+                                     backgrounds=bg, render_mode=render_mode, rasterizer=rasterizer,
+                                     rasterize_mode=rasterize_mode)
     return colors[0], alpha[0]

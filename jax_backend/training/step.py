@@ -27,6 +27,7 @@ class TrainConfig:
     max_steps: int = 30_000  # the run's last step: no density control after it
     steps_per_block: int = 100
     rasterizer: str = "flat"
+    rasterize_mode: str = "classic"  # or "antialiased" (`rendering.projection`)
     sh_degree: int = 3
     sh_degree_interval: int = 1000  # one more SH band every this many steps
     background: Union[str, Tuple[float, float, float]] = "black"  # "black" | "white" | "random" | (r, g, b)
@@ -95,7 +96,8 @@ def train_step(cfg: TrainConfig, tx, means_lr, isect_capacity: int, downscale: i
         means, quats, scales, opacities, sh = activated(params, g.alive)
         renders, _, meta = rasterization(
             means, quats, scales, opacities, sh, data.viewmats[views], Ks, width, height,
-            sh_degree=sh_active, backgrounds=bgs, rasterizer=cfg.rasterizer, capacity=isect_capacity,
+            sh_degree=sh_active, backgrounds=bgs, rasterizer=cfg.rasterizer, rasterize_mode=cfg.rasterize_mode,
+            capacity=isect_capacity,
             means2d_probe=probe, absgrad=strategy.absgrad)
         per_view = jax.vmap(photometric_loss, in_axes=(0, 0, 0, None))(renders, targets, masks, cfg.ssim_lambda)
         loss = jnp.mean(per_view) + strategy.regularizer(params, g.alive)

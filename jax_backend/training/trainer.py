@@ -261,7 +261,8 @@ class Trainer:
     def render(self, viewmat, K, width: int, height: int, background=None, render_mode: str = "RGB+ED"):
         """Render the current Gaussians from one camera at the current SH degree (`render_gaussians`)."""
         return render_gaussians(self.state.gaussians, viewmat, K, width, height, sh_degree=self.sh_degree,
-                                background=background, render_mode=render_mode, rasterizer=self.cfg.rasterizer)
+                                background=background, render_mode=render_mode, rasterizer=self.cfg.rasterizer,
+                                rasterize_mode=self.cfg.rasterize_mode)
 
     def heldout_psnr(self, images, viewmats, Ks) -> float:
         """Mean PSNR of the current Gaussians against uint8 images [H,W,3] seen from the given cameras."""
