@@ -41,6 +41,7 @@ _EXPORTS = {
     "rgb_to_sh0": "training.gaussians",
     "photometric_loss": "training.loss",
     "psnr": "training.loss",
+    "scale_regularization": "training.loss",
     "ssim": "training.loss",
     "OptimConfig": "training.optim",
     "crossed": "training.schedule",

@@ -14,8 +14,6 @@ from .errors import InputError
 # splatfacto's settings jax-gs does not implement yet, with what to do instead
 UNSUPPORTED = {
     "camera_optimizer": "camera pose optimisation is not implemented yet: use --pipeline.model.camera-optimizer.mode off",
-    "use_scale_regularization": "scale regularisation is not implemented yet",
-    "max_gauss_ratio": "it only matters with use-scale-regularization, which is not implemented yet",
     "use_bilateral_grid": "the bilateral grid is not implemented yet",
     "grid_shape": "it only matters with use-bilateral-grid, which is not implemented yet",
     "color_corrected_metrics": "colour-corrected metrics are not implemented yet",
@@ -54,6 +52,9 @@ def check_supported(config) -> None:
                 raise InputError(f"{_flag('camera_optimizer.mode')} {config.camera_optimizer.mode}: {why}")
         elif _changed(config, name):
             raise InputError(f"{_flag(name)} {getattr(config, name)}: {why}")
+    if _changed(config, "max_gauss_ratio") and not config.use_scale_regularization:
+        raise InputError(f"{_flag('max_gauss_ratio')} {config.max_gauss_ratio}: it only matters with "
+                         f"{_flag('use_scale_regularization')} True")
     if config.strategy != "default":
         for name in DEFAULT_STRATEGY_ONLY:
             if _changed(config, name):
@@ -144,6 +145,7 @@ def train_config(config, max_steps: int, num_train_data: int, optimizers: dict, 
         raise InputError(str(e)) from None
     return TrainConfig(max_steps=max_steps, steps_per_block=config.steps_per_block, rasterizer=config.rasterizer,
                        rasterize_mode=config.rasterize_mode,
+                       max_gauss_ratio=config.max_gauss_ratio if config.use_scale_regularization else 0.0,
                        sh_degree=config.sh_degree, sh_degree_interval=config.sh_degree_interval,
                        ssim_lambda=config.ssim_lambda, background=background, strategy=strat,
                        num_downscales=config.num_downscales, resolution_schedule=config.resolution_schedule,

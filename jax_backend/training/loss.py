@@ -66,3 +66,13 @@ def psnr(render, target, mask=None):
     """PSNR in dB of [H, W, C] images in [0, 1] over the pixels in `mask` [H, W] (all when None)."""
     mse = masked_mean((render - target) ** 2, mask)
     return -10.0 * jnp.log10(jnp.maximum(mse, 1e-10))
+
+
+def scale_regularization(log_scales, alive, max_ratio: float, weight: float = 0.1):
+    """PhysGaussian's penalty on needle-like Gaussians, as splatfacto applies it: `weight` times the
+    mean over alive Gaussians of max(s_max / s_min, max_ratio) - max_ratio, for scales s. Zero
+    while every Gaussian's largest-to-smallest scale ratio is within `max_ratio`."""
+    ratio = jnp.exp(jnp.max(log_scales, -1) - jnp.min(log_scales, -1))  # from the log scales: no overflow
+    w = alive.astype(jnp.float32)
+    excess = jnp.maximum(ratio, max_ratio) - max_ratio
+    return weight * jnp.sum(excess * w) / jnp.maximum(jnp.sum(w), 1.0)

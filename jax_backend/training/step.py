@@ -13,7 +13,7 @@ import optax
 from ..rendering import rasterization
 from .data import Dataset, ViewPlan, downscale_views
 from .gaussians import Gaussians, activated
-from .loss import photometric_loss, psnr
+from .loss import photometric_loss, psnr, scale_regularization
 from .optim import OptimConfig
 from .schedule import sh_degree_at
 from .state import TrainState
@@ -32,6 +32,7 @@ class TrainConfig:
     sh_degree_interval: int = 1000  # one more SH band every this many steps
     background: Union[str, Tuple[float, float, float]] = "black"  # "black" | "white" | "random" | (r, g, b)
     ssim_lambda: float = 0.2
+    max_gauss_ratio: float = 0.0  # > 0: scale regularisation (`loss.scale_regularization`) every 10 steps
     num_downscales: int = 0  # coarse to fine: train at 1 / 2^num_downscales of the resolution first, ...
     resolution_schedule: int = 3000  # ... doubling it every this many steps
     strategy: Strategy = field(default_factory=DefaultStrategy)
@@ -101,6 +102,9 @@ def train_step(cfg: TrainConfig, tx, means_lr, isect_capacity: int, downscale: i
             means2d_probe=probe, absgrad=strategy.absgrad)
         per_view = jax.vmap(photometric_loss, in_axes=(0, 0, 0, None))(renders, targets, masks, cfg.ssim_lambda)
         loss = jnp.mean(per_view) + strategy.regularizer(params, g.alive)
+        if cfg.max_gauss_ratio > 0:  # splatfacto applies it every 10th step
+            reg = scale_regularization(params["scales"], g.alive, cfg.max_gauss_ratio)
+            loss = loss + jnp.where(state.step % 10 == 0, reg, 0.0)
         return loss, (renders, per_view, meta)
 
     probe = jnp.zeros((B, g.capacity, 2), jnp.float32)
