@@ -13,6 +13,7 @@ import optax
 from ..rendering import rasterization
 from .data import Dataset, ViewPlan, downscale_views
 from .gaussians import Gaussians, activated
+from .cameras import CameraOptConfig, CameraState, camera_optimizer, camera_penalty, corrected_viewmats, init_cameras
 from .loss import photometric_loss, psnr, scale_regularization
 from .optim import OptimConfig
 from .schedule import sh_degree_at
@@ -37,6 +38,7 @@ class TrainConfig:
     resolution_schedule: int = 3000  # ... doubling it every this many steps
     strategy: Strategy = field(default_factory=DefaultStrategy)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    camera_opt: CameraOptConfig = field(default_factory=CameraOptConfig)  # pose corrections (`cameras.py`)
     seed: int = 0
 
     def downscale_at(self, step: int) -> int:
@@ -93,10 +95,15 @@ def train_step(cfg: TrainConfig, tx, means_lr, isect_capacity: int, downscale: i
     g = state.gaussians
     strategy = cfg.strategy
 
-    def loss_fn(params, probe):
+    cam = cfg.camera_opt
+
+    def loss_fn(params, probe, deltas):
         means, quats, scales, opacities, sh = activated(params, g.alive)
+        viewmats = data.viewmats[views]
+        if cam.enabled:
+            viewmats = corrected_viewmats(viewmats, deltas[views], cam.mode)
         renders, _, meta = rasterization(
-            means, quats, scales, opacities, sh, data.viewmats[views], Ks, width, height,
+            means, quats, scales, opacities, sh, viewmats, Ks, width, height,
             sh_degree=sh_active, backgrounds=bgs, rasterizer=cfg.rasterizer, rasterize_mode=cfg.rasterize_mode,
             capacity=isect_capacity,
             means2d_probe=probe, absgrad=strategy.absgrad)
@@ -105,13 +112,20 @@ def train_step(cfg: TrainConfig, tx, means_lr, isect_capacity: int, downscale: i
         if cfg.max_gauss_ratio > 0:  # splatfacto applies it every 10th step
             reg = scale_regularization(params["scales"], g.alive, cfg.max_gauss_ratio)
             loss = loss + jnp.where(state.step % 10 == 0, reg, 0.0)
+        if cam.enabled:
+            loss = loss + camera_penalty(cam, deltas)
         return loss, (renders, per_view, meta)
 
     probe = jnp.zeros((B, g.capacity, 2), jnp.float32)
-    (_, (renders, per_view, meta)), (grads, probe_grad) = jax.value_and_grad(
-        loss_fn, argnums=(0, 1), has_aux=True)(g.params, probe)
+    deltas = state.cameras.deltas if cam.enabled else None
+    (_, (renders, per_view, meta)), (grads, probe_grad, cam_grads) = jax.value_and_grad(
+        loss_fn, argnums=(0, 1, 2), has_aux=True)(g.params, probe, deltas)
     if axis is not None:
-        grads = jax.lax.pmean(grads, axis)
+        grads, cam_grads = jax.lax.pmean((grads, cam_grads), axis)
+    cameras = state.cameras
+    if cam.enabled:
+        cam_updates, cam_opt = camera_optimizer(cam, cfg.max_steps).update(cam_grads, cameras.opt_state, deltas)
+        cameras = CameraState(optax.apply_updates(deltas, cam_updates), cam_opt)
     updates, opt_state = tx.update(grads, state.opt_state, g.params)
     updates = jax.tree_util.tree_map(lambda u: jnp.where(g.alive.reshape((-1,) + (1,) * (u.ndim - 1)), u, 0.0), updates)
     params = optax.apply_updates(g.params, updates)
@@ -129,7 +143,7 @@ def train_step(cfg: TrainConfig, tx, means_lr, isect_capacity: int, downscale: i
         "num_intersections": meta["num_intersections"],
         "overflow": meta["overflow"],
     }
-    return TrainState(gaussians, opt_state, stats, state.step + 1, key), metrics
+    return TrainState(gaussians, opt_state, stats, state.step + 1, key, cameras), metrics
 
 
 def refine_state(cfg: TrainConfig, tx, scene_scale: float, state: TrainState, step_before):
@@ -153,12 +167,14 @@ def train_block(cfg: TrainConfig, tx, means_lr, scene_scale: float, isect_capaci
     return state, metrics, info
 
 
-def init_state(cfg: TrainConfig, tx, gaussians: Gaussians) -> TrainState:
-    """The state before the first step: fresh optimizer state and statistics, step 0."""
+def init_state(cfg: TrainConfig, tx, gaussians: Gaussians, num_views: int = 0) -> TrainState:
+    """The state before the first step: fresh optimizer state and statistics, step 0 (and zero
+    pose corrections for `num_views` training views when the camera optimiser is on)."""
     return TrainState(
         gaussians=gaussians,
         opt_state=tx.init(gaussians.params),
         stats=cfg.strategy.init_stats(gaussians.capacity),
         step=jnp.int32(0),
         key=jax.random.PRNGKey(cfg.seed),
+        cameras=init_cameras(cfg.camera_opt, num_views, cfg.max_steps),
     )

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..rendering import next_capacity, next_pow2, rasterization
+from .cameras import corrected_viewmats
 from .data import Dataset, ViewPlan, replicate
 from .gaussians import Gaussians, activated, render_gaussians
 from .loss import psnr
@@ -78,7 +79,10 @@ class Trainer:
         self._device_data = replicate(data, self.devices) if self.parallel else data
         self.tx = make_optimizer(cfg.optim, self.scene_scale, cfg.max_steps)
         self.means_lr = means_schedule(cfg.optim, self.scene_scale, cfg.max_steps)
-        self.state = init_state(cfg, self.tx, gaussians)
+        if cfg.camera_opt.enabled and jax.process_count() > 1:
+            raise ValueError("camera pose optimisation is not available with several processes (each holds its own "
+                             "views): run it on one host")
+        self.state = init_state(cfg, self.tx, gaussians, data.num_views)
         if isect_capacity is None:
             isect_capacity = next_capacity(2 * self._count_intersections(0))
         self.isect_capacity = int(isect_capacity)
@@ -256,6 +260,14 @@ class Trainer:
         self.load_state_arrays(arrays, path)
         self.isect_capacity = int(meta.get("trainer", {}).get("isect_capacity", self.isect_capacity))
         return meta
+
+    def training_viewmats(self):
+        """The training views' world-to-camera matrices [V, 4, 4] as training renders them: with
+        the learned pose corrections when the camera optimiser is on."""
+        cam = self.cfg.camera_opt
+        if not cam.enabled:
+            return self.data.viewmats
+        return corrected_viewmats(self.data.viewmats, self.state.cameras.deltas, cam.mode)
 
     # -- looking at the state
     def render(self, viewmat, K, width: int, height: int, background=None, render_mode: str = "RGB+ED"):
