@@ -36,6 +36,9 @@ OPTIMIZERS = {
     "opacities": _adam(0.05),
     "scales": _adam(0.005),
     "quats": _adam(0.001),
+    "camera_opt": {"optimizer": AdamOptimizerConfig(lr=1e-4, eps=1e-15),  # used with camera-optimizer.mode on
+                   "scheduler": ExponentialDecaySchedulerConfig(lr_final=5e-7, max_steps=30000, warmup_steps=1000,
+                                                                lr_pre_warmup=0)},
 }
 
 

@@ -81,6 +81,8 @@ class JaxGSModel(SplatfactoModel):
         self.ssim = StructuralSimilarityIndexMeasure(data_range=1.0)
         self.lpips = self._try_lpips()
         self.crop_box = None
+        if self.config.camera_optimizer.mode != "off":  # the viewer draws the training cameras with its corrections
+            self.camera_optimizer = self.config.camera_optimizer.setup(num_cameras=self.num_train_data, device="cpu")
         self.data_background = None  # the colour the dataparser composites RGBA images on (set by the pipeline)
         self.background_color = self._render_background()  # the viewer replaces it (set_background)
         self.step = 0
@@ -144,6 +146,10 @@ class JaxGSModel(SplatfactoModel):
             self.gaussians = self.engine.state.gaussians
             self._trained_steps = self.engine.step
             self._view_cache = None
+            cameras = self.engine.state.cameras
+            if cameras is not None and hasattr(self, "camera_optimizer"):
+                with torch.no_grad():
+                    self.camera_optimizer.pose_adjustment.copy_(torch.from_numpy(np.asarray(cameras.deltas)))
 
     # ------------------------------------------------------------------ torch views (DLPack)
     def _views(self):

@@ -13,7 +13,6 @@ from .errors import InputError
 
 # splatfacto's settings jax-gs does not implement yet, with what to do instead
 UNSUPPORTED = {
-    "camera_optimizer": "camera pose optimisation is not implemented yet: use --pipeline.model.camera-optimizer.mode off",
     "use_bilateral_grid": "the bilateral grid is not implemented yet",
     "grid_shape": "it only matters with use-bilateral-grid, which is not implemented yet",
     "color_corrected_metrics": "colour-corrected metrics are not implemented yet",
@@ -47,10 +46,7 @@ def _changed(config, name: str) -> bool:
 def check_supported(config) -> None:
     """InputError naming the first setting jax-gs cannot honour."""
     for name, why in UNSUPPORTED.items():
-        if name == "camera_optimizer":
-            if config.camera_optimizer.mode != "off":
-                raise InputError(f"{_flag('camera_optimizer.mode')} {config.camera_optimizer.mode}: {why}")
-        elif _changed(config, name):
+        if _changed(config, name):
             raise InputError(f"{_flag(name)} {getattr(config, name)}: {why}")
     if _changed(config, "max_gauss_ratio") and not config.use_scale_regularization:
         raise InputError(f"{_flag('max_gauss_ratio')} {config.max_gauss_ratio}: it only matters with "
@@ -117,6 +113,33 @@ def optim_config(optimizers: dict):
     return dataclasses.replace(base, **groups)
 
 
+def camera_opt_config(camera_optimizer, optimizers: dict):
+    """`jax_backend.training.cameras.CameraOptConfig` from nerfstudio's CameraOptimizerConfig (mode,
+    penalties) and splatfacto's `camera_opt` optimizer group (`--optimizers.camera-opt.*`)."""
+    from nerfstudio.engine.optimizers import AdamOptimizerConfig
+    from nerfstudio.engine.schedulers import ExponentialDecaySchedulerConfig
+
+    from jax_backend.training.cameras import CameraOptConfig
+
+    c = camera_optimizer
+    settings = dict(mode=c.mode, trans_l2_penalty=c.trans_l2_penalty, rot_l2_penalty=c.rot_l2_penalty)
+    entry = (optimizers or {}).get("camera_opt")
+    if c.mode == "off" or entry is None:
+        return CameraOptConfig(**settings)
+    opt, sched = entry.get("optimizer"), entry.get("scheduler")
+    if type(opt) is not AdamOptimizerConfig or opt.weight_decay or opt.max_norm is not None:
+        raise InputError("--optimizers.camera-opt.optimizer: jax-gs trains camera poses with plain Adam only")
+    settings.update(lr=opt.lr, eps=opt.eps, lr_final=opt.lr, warmup_steps=0)
+    if sched is not None:
+        if type(sched) is not ExponentialDecaySchedulerConfig:
+            raise InputError(f"--optimizers.camera-opt.scheduler: only the exponential decay is supported, got "
+                             f"{type(sched).__name__}")
+        settings.update(lr_final=sched.lr_final if sched.lr_final is not None else opt.lr,
+                        decay_steps=sched.max_steps, warmup_steps=sched.warmup_steps,
+                        lr_pre_warmup=sched.lr_pre_warmup, ramp=sched.ramp)
+    return CameraOptConfig(**settings)
+
+
 def init_settings(config) -> dict:
     """How the Gaussians start when the dataparser gives no seed points (or random_init is set)."""
     return dict(random=config.random_init, num_random=config.num_random, random_scale=config.random_scale,
@@ -146,6 +169,7 @@ def train_config(config, max_steps: int, num_train_data: int, optimizers: dict, 
     return TrainConfig(max_steps=max_steps, steps_per_block=config.steps_per_block, rasterizer=config.rasterizer,
                        rasterize_mode=config.rasterize_mode,
                        max_gauss_ratio=config.max_gauss_ratio if config.use_scale_regularization else 0.0,
+                       camera_opt=camera_opt_config(config.camera_optimizer, optimizers),
                        sh_degree=config.sh_degree, sh_degree_interval=config.sh_degree_interval,
                        ssim_lambda=config.ssim_lambda, background=background, strategy=strat,
                        num_downscales=config.num_downscales, resolution_schedule=config.resolution_schedule,

@@ -228,3 +228,28 @@ def test_rgba_pngs_among_rgb_jpegs_train(tmp_path):
     images = np.asarray(pipeline.ensure_engine(10).data.images)
     centre = images[:, images.shape[1] // 2, images.shape[2] // 2, 3]
     assert images.shape[-1] == 4 and set(centre.tolist()) == {200, 255}
+
+
+def test_camera_optimizer_reaches_the_engine_and_the_viewer(tmp_path):
+    """splatfacto's --pipeline.model.camera-optimizer.mode SO3xR3 with its camera_opt optimizer
+    group: the engine learns per-view corrections, the model's nerfstudio CameraOptimizer (what the
+    viewer draws the training cameras with) follows them, and checkpoints carry them."""
+    from nerfstudio.cameras.camera_optimizers import CameraOptimizerConfig
+    from nerfstudio.data.datamanagers.full_images_datamanager import FullImageDatamanagerConfig
+    from nerfstudio.data.dataparsers.nerfstudio_dataparser import NerfstudioDataParserConfig
+
+    from nerfstudio_jaxgs.config import OPTIMIZERS
+    from nerfstudio_jaxgs.model import JaxGSModelConfig
+    from nerfstudio_jaxgs.pipeline import JaxGSPipelineConfig
+
+    model = JaxGSModelConfig(camera_optimizer=CameraOptimizerConfig(mode="SO3xR3"), num_random=500, steps_per_block=10)
+    cfg = JaxGSPipelineConfig(datamanager=FullImageDatamanagerConfig(dataparser=NerfstudioDataParserConfig(data=FOX),
+                                                                     cache_images_type="uint8"), model=model)
+    pipeline = cfg.setup(device="cpu", test_mode="val")
+    engine = pipeline.ensure_engine(100, OPTIMIZERS)
+    assert engine.cfg.camera_opt.mode == "SO3xR3" and engine.cfg.camera_opt.warmup_steps == 1000
+    pipeline.train_block(10, 100)
+    deltas = np.asarray(engine.state.cameras.deltas)
+    assert deltas.shape == (len(pipeline.datamanager.train_dataset), 6) and np.abs(deltas).max() > 0
+    np.testing.assert_allclose(pipeline.model.camera_optimizer.pose_adjustment.detach().numpy(), deltas)
+    assert any(k.endswith(".cameras.deltas") for k in pipeline.model.state_dict())

@@ -26,7 +26,9 @@ class CameraOptConfig:
     mode: str = "off"
     lr: float = 1e-4
     lr_final: float = 5e-7
-    warmup_steps: int = 1000  # linear warm-up from 0 (nerfstudio's lr_pre_warmup 0)
+    warmup_steps: int = 1000  # warm-up from lr_pre_warmup to lr, along `ramp`
+    lr_pre_warmup: float = 0.0
+    ramp: str = "cosine"  # or "linear" (nerfstudio's ExponentialDecayScheduler)
     decay_steps: int = 0  # the exponential decay ends at this step (0: the run's max_steps)
     eps: float = 1e-15
     trans_l2_penalty: float = 1e-2
@@ -49,8 +51,8 @@ class CameraState(NamedTuple):
 
 
 def camera_lr(cfg: CameraOptConfig, max_steps: int):
-    """nerfstudio's ExponentialDecayScheduler: linear warm-up to `lr`, then exponential decay to
-    `lr_final` at `decay_steps` (or `max_steps`)."""
+    """nerfstudio's ExponentialDecayScheduler: a cosine (or linear) warm-up from `lr_pre_warmup` to
+    `lr`, then exponential decay to `lr_final` at `decay_steps` (or `max_steps`)."""
     end = cfg.decay_steps or max_steps
     warm = max(int(cfg.warmup_steps), 0)
 
@@ -58,7 +60,9 @@ def camera_lr(cfg: CameraOptConfig, max_steps: int):
         step = jnp.asarray(step, jnp.float32)
         t = jnp.clip((step - warm) / max(end - warm, 1), 0.0, 1.0)
         decayed = jnp.exp(jnp.log(cfg.lr) * (1.0 - t) + jnp.log(cfg.lr_final) * t)
-        return jnp.where(step < warm, cfg.lr * step / max(warm, 1), decayed)
+        frac = jnp.clip(step / max(warm, 1), 0.0, 1.0)
+        ramp = jnp.sin(0.5 * jnp.pi * frac) if cfg.ramp == "cosine" else frac
+        return jnp.where(step < warm, cfg.lr_pre_warmup + (cfg.lr - cfg.lr_pre_warmup) * ramp, decayed)
 
     return lr
 
