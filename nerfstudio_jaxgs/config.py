@@ -39,6 +39,9 @@ OPTIMIZERS = {
     "camera_opt": {"optimizer": AdamOptimizerConfig(lr=1e-4, eps=1e-15),  # used with camera-optimizer.mode on
                    "scheduler": ExponentialDecaySchedulerConfig(lr_final=5e-7, max_steps=30000, warmup_steps=1000,
                                                                 lr_pre_warmup=0)},
+    "bilateral_grid": {"optimizer": AdamOptimizerConfig(lr=2e-3, eps=1e-15),  # with use-bilateral-grid
+                       "scheduler": ExponentialDecaySchedulerConfig(lr_final=1e-4, max_steps=30000, warmup_steps=1000,
+                                                                    lr_pre_warmup=0)},
 }
 
 

@@ -271,6 +271,13 @@ class JaxGSModel(SplatfactoModel):
         metrics = {"psnr": float(self.psnr(g, p).item()), "ssim": float(self.ssim(g, p))}
         if self.lpips is not None:
             metrics["lpips"] = float(self.lpips(g.clamp(0, 1), p.clamp(0, 1)))
+        if self.config.color_corrected_metrics:  # splatfacto's: the render colour-matched to the target first
+            from nerfstudio.model_components.lib_bilagrid import color_correct
+
+            cc = color_correct(pred, gt).permute(2, 0, 1)[None]
+            metrics.update(cc_psnr=float(self.psnr(g, cc).item()), cc_ssim=float(self.ssim(g, cc)))
+            if self.lpips is not None:
+                metrics["cc_lpips"] = float(self.lpips(g.clamp(0, 1), cc.clamp(0, 1)))
         return metrics, {"img": torch.cat([gt, pred], dim=1)}
 
     # ------------------------------------------------------------------ checkpoints (torch tensors only)

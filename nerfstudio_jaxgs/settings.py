@@ -13,9 +13,6 @@ from .errors import InputError
 
 # splatfacto's settings jax-gs does not implement yet, with what to do instead
 UNSUPPORTED = {
-    "use_bilateral_grid": "the bilateral grid is not implemented yet",
-    "grid_shape": "it only matters with use-bilateral-grid, which is not implemented yet",
-    "color_corrected_metrics": "colour-corrected metrics are not implemented yet",
     "output_depth_during_training": "jax-gs renders training views inside a compiled block and outputs nothing "
                                     "per step; depth is always in the outputs outside training",
 }
@@ -48,9 +45,9 @@ def check_supported(config) -> None:
     for name, why in UNSUPPORTED.items():
         if _changed(config, name):
             raise InputError(f"{_flag(name)} {getattr(config, name)}: {why}")
-    if _changed(config, "max_gauss_ratio") and not config.use_scale_regularization:
-        raise InputError(f"{_flag('max_gauss_ratio')} {config.max_gauss_ratio}: it only matters with "
-                         f"{_flag('use_scale_regularization')} True")
+    for name, switch in (("max_gauss_ratio", "use_scale_regularization"), ("grid_shape", "use_bilateral_grid")):
+        if _changed(config, name) and not getattr(config, switch):
+            raise InputError(f"{_flag(name)} {getattr(config, name)}: it only matters with {_flag(switch)} True")
     if config.strategy != "default":
         for name in DEFAULT_STRATEGY_ONLY:
             if _changed(config, name):
@@ -113,31 +110,50 @@ def optim_config(optimizers: dict):
     return dataclasses.replace(base, **groups)
 
 
-def camera_opt_config(camera_optimizer, optimizers: dict):
-    """`jax_backend.training.cameras.CameraOptConfig` from nerfstudio's CameraOptimizerConfig (mode,
-    penalties) and splatfacto's `camera_opt` optimizer group (`--optimizers.camera-opt.*`)."""
+def _warmup_decay(group: str, optimizers: dict) -> dict:
+    """lr, eps and schedule settings of an optimizer group that may warm up (camera_opt,
+    bilateral_grid) as `warmup_exponential_decay` takes them; {} when the group is not given."""
     from nerfstudio.engine.optimizers import AdamOptimizerConfig
     from nerfstudio.engine.schedulers import ExponentialDecaySchedulerConfig
 
+    entry = (optimizers or {}).get(group)
+    if entry is None:
+        return {}
+    where = f"--optimizers.{group.replace('_', '-')}"
+    opt, sched = entry.get("optimizer"), entry.get("scheduler")
+    if type(opt) is not AdamOptimizerConfig or opt.weight_decay or opt.max_norm is not None:
+        raise InputError(f"{where}.optimizer: jax-gs trains this group with plain Adam only")
+    settings = dict(lr=opt.lr, eps=opt.eps, lr_final=opt.lr, warmup_steps=0)
+    if sched is not None:
+        if type(sched) is not ExponentialDecaySchedulerConfig:
+            raise InputError(f"{where}.scheduler: only the exponential decay is supported, got {type(sched).__name__}")
+        settings.update(lr_final=sched.lr_final if sched.lr_final is not None else opt.lr,
+                        decay_steps=sched.max_steps, warmup_steps=sched.warmup_steps,
+                        lr_pre_warmup=sched.lr_pre_warmup, ramp=sched.ramp)
+    return settings
+
+
+def bilateral_config(config, optimizers: dict):
+    """`jax_backend.training.bilateral.BilateralGridConfig` from splatfacto's use_bilateral_grid,
+    grid_shape and `bilateral_grid` optimizer group."""
+    from jax_backend.training.bilateral import BilateralGridConfig
+
+    if not config.use_bilateral_grid:
+        return BilateralGridConfig()
+    return BilateralGridConfig(enabled=True, shape=tuple(int(s) for s in config.grid_shape),
+                               **_warmup_decay("bilateral_grid", optimizers))
+
+
+def camera_opt_config(camera_optimizer, optimizers: dict):
+    """`jax_backend.training.cameras.CameraOptConfig` from nerfstudio's CameraOptimizerConfig (mode,
+    penalties) and splatfacto's `camera_opt` optimizer group (`--optimizers.camera-opt.*`)."""
     from jax_backend.training.cameras import CameraOptConfig
 
     c = camera_optimizer
     settings = dict(mode=c.mode, trans_l2_penalty=c.trans_l2_penalty, rot_l2_penalty=c.rot_l2_penalty)
-    entry = (optimizers or {}).get("camera_opt")
-    if c.mode == "off" or entry is None:
+    if c.mode == "off":
         return CameraOptConfig(**settings)
-    opt, sched = entry.get("optimizer"), entry.get("scheduler")
-    if type(opt) is not AdamOptimizerConfig or opt.weight_decay or opt.max_norm is not None:
-        raise InputError("--optimizers.camera-opt.optimizer: jax-gs trains camera poses with plain Adam only")
-    settings.update(lr=opt.lr, eps=opt.eps, lr_final=opt.lr, warmup_steps=0)
-    if sched is not None:
-        if type(sched) is not ExponentialDecaySchedulerConfig:
-            raise InputError(f"--optimizers.camera-opt.scheduler: only the exponential decay is supported, got "
-                             f"{type(sched).__name__}")
-        settings.update(lr_final=sched.lr_final if sched.lr_final is not None else opt.lr,
-                        decay_steps=sched.max_steps, warmup_steps=sched.warmup_steps,
-                        lr_pre_warmup=sched.lr_pre_warmup, ramp=sched.ramp)
-    return CameraOptConfig(**settings)
+    return CameraOptConfig(**settings, **_warmup_decay("camera_opt", optimizers))
 
 
 def init_settings(config) -> dict:
@@ -170,6 +186,7 @@ def train_config(config, max_steps: int, num_train_data: int, optimizers: dict, 
                        rasterize_mode=config.rasterize_mode,
                        max_gauss_ratio=config.max_gauss_ratio if config.use_scale_regularization else 0.0,
                        camera_opt=camera_opt_config(config.camera_optimizer, optimizers),
+                       bilateral=bilateral_config(config, optimizers),
                        sh_degree=config.sh_degree, sh_degree_interval=config.sh_degree_interval,
                        ssim_lambda=config.ssim_lambda, background=background, strategy=strat,
                        num_downscales=config.num_downscales, resolution_schedule=config.resolution_schedule,

@@ -2,7 +2,6 @@
 (its own exp maps and apply_to_camera rule as the reference), and on a scene rendered from known
 poses but trained from perturbed ones, the optimiser moves the poses toward the truth and the
 held-out views (their true poses) come out sharper than without it."""
-from dataclasses import replace
 
 import jax.numpy as jnp
 import numpy as np

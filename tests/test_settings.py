@@ -48,11 +48,31 @@ SPLATFACTO_FIELDS = [f for f in dataclasses.fields(SplatfactoModelConfig)
                      if f.name not in {g.name for g in dataclasses.fields(ModelConfig)}]
 
 
+def _eval_metrics(cfg):
+    """The metric names the model reports for one evaluation image."""
+    import torch
+    from nerfstudio.data.scene_box import SceneBox
+
+    model = cfg.setup(scene_box=SceneBox(aabb=torch.tensor([[-1.0, -1, -1], [1, 1, 1]])), num_train_data=1,
+                      seed_points=None)
+    model.lpips = None  # (offline machines have no LPIPS weights; not what is tested here)
+    rgb = torch.rand(8, 8, 3)
+    return set(model.get_image_metrics_and_images({"rgb": rgb, "background": torch.zeros(3)},
+                                                  {"image": torch.rand(8, 8, 3)})[0])
+
+
+# settings that act in the plugin's evaluation, not in the backend: each must change the metrics
+EVAL_SETTINGS = {"color_corrected_metrics"}
+
+
 @pytest.mark.parametrize("strategy", ["default", "mcmc"])
 @pytest.mark.parametrize("field", SPLATFACTO_FIELDS, ids=lambda f: f.name)
 def test_no_inherited_setting_is_ignored(field, strategy):
     base = JaxGSModelConfig(strategy=strategy)
     changed = dataclasses.replace(base, **{field.name: _other_value(base, field)})
+    if field.name in EVAL_SETTINGS:
+        assert _eval_metrics(changed) > _eval_metrics(base)  # splatfacto's cc_psnr, cc_ssim
+        return
     try:
         got = _backend_inputs(changed)
     except InputError as e:

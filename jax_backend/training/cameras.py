@@ -16,6 +16,8 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import optax
 
+from .optim import warmup_exponential_decay
+
 CAMERA_OPT_MODES = ("off", "SO3xR3", "SE3")
 
 
@@ -53,18 +55,8 @@ class CameraState(NamedTuple):
 def camera_lr(cfg: CameraOptConfig, max_steps: int):
     """nerfstudio's ExponentialDecayScheduler: a cosine (or linear) warm-up from `lr_pre_warmup` to
     `lr`, then exponential decay to `lr_final` at `decay_steps` (or `max_steps`)."""
-    end = cfg.decay_steps or max_steps
-    warm = max(int(cfg.warmup_steps), 0)
-
-    def lr(step):
-        step = jnp.asarray(step, jnp.float32)
-        t = jnp.clip((step - warm) / max(end - warm, 1), 0.0, 1.0)
-        decayed = jnp.exp(jnp.log(cfg.lr) * (1.0 - t) + jnp.log(cfg.lr_final) * t)
-        frac = jnp.clip(step / max(warm, 1), 0.0, 1.0)
-        ramp = jnp.sin(0.5 * jnp.pi * frac) if cfg.ramp == "cosine" else frac
-        return jnp.where(step < warm, cfg.lr_pre_warmup + (cfg.lr - cfg.lr_pre_warmup) * ramp, decayed)
-
-    return lr
+    return warmup_exponential_decay(cfg.lr, cfg.lr_final, cfg.warmup_steps, cfg.decay_steps or max_steps,
+                                    cfg.lr_pre_warmup, cfg.ramp)
 
 
 def camera_optimizer(cfg: CameraOptConfig, max_steps: int) -> optax.GradientTransformation:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import optax
+import jax.numpy as jnp
 
 from .gaussians import PARAM_NAMES
 
@@ -35,6 +36,24 @@ class OptimConfig:
     def with_eps(self, eps: float) -> "OptimConfig":
         """The same with every group's eps set to `eps`."""
         return replace(self, **{n: replace(getattr(self, n), eps=eps) for n in PARAM_NAMES})
+
+
+def warmup_exponential_decay(lr: float, lr_final: float, warmup_steps: int, end: int, lr_pre_warmup: float = 0.0,
+                             ramp: str = "cosine"):
+    """nerfstudio's ExponentialDecayScheduler as a function of the step: a cosine (or linear)
+    warm-up from `lr_pre_warmup` to `lr` over `warmup_steps`, then exponential decay to `lr_final`
+    at step `end`."""
+    warm = max(int(warmup_steps), 0)
+
+    def schedule(step):
+        step = jnp.asarray(step, jnp.float32)
+        t = jnp.clip((step - warm) / max(end - warm, 1), 0.0, 1.0)
+        decayed = jnp.exp(jnp.log(lr) * (1.0 - t) + jnp.log(lr_final) * t)
+        frac = jnp.clip(step / max(warm, 1), 0.0, 1.0)
+        rise = jnp.sin(0.5 * jnp.pi * frac) if ramp == "cosine" else frac
+        return jnp.where(step < warm, lr_pre_warmup + (lr - lr_pre_warmup) * rise, decayed)
+
+    return schedule
 
 
 def lr_schedule(group: GroupConfig, scene_extent: float, max_steps: int):

@@ -32,6 +32,7 @@ class TrainState(NamedTuple):
     step: jnp.ndarray  # [] int32 steps done
     key: jnp.ndarray  # PRNG key
     cameras: Any = None  # per-view pose corrections (`cameras.CameraState`), None when not optimised
+    bilateral: Any = None  # per-view bilateral grids (`bilateral.GridState`), None when not used
 
 
 def _is_masked(x):
@@ -106,9 +107,9 @@ def from_named_arrays(template, arrays: dict, source="checkpoint"):
     leaves = []
     for p, x in jax.tree_util.tree_flatten_with_path(template)[0]:
         name = jax.tree_util.keystr(p)
-        if name not in arrays and name.startswith((".stats", ".cameras")):
-            leaves.append(jnp.zeros_like(x))  # a statistic it did not keep (they restart from zero after
-            continue                          # every refinement anyway), or pose corrections: none yet
+        if name not in arrays and name.startswith((".stats", ".cameras", ".bilateral")):
+            leaves.append(jnp.asarray(x))  # a statistic it did not keep (they restart from zero after every
+            continue                       # refinement anyway), pose corrections or grids: as they start
         if name not in arrays:
             raise CheckpointError(f"{source}: has no entry {name} (saved by another configuration or version?)")
         a = np.asarray(arrays[name])

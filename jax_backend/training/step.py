@@ -13,6 +13,7 @@ import optax
 from ..rendering import rasterization
 from .data import Dataset, ViewPlan, downscale_views
 from .gaussians import Gaussians, activated
+from .bilateral import BilateralGridConfig, GridState, apply_grids, grid_optimizer, init_grids, total_variation
 from .cameras import CameraOptConfig, CameraState, camera_optimizer, camera_penalty, corrected_viewmats, init_cameras
 from .loss import photometric_loss, psnr, scale_regularization
 from .optim import OptimConfig
@@ -39,6 +40,7 @@ class TrainConfig:
     strategy: Strategy = field(default_factory=DefaultStrategy)
     optim: OptimConfig = field(default_factory=OptimConfig)
     camera_opt: CameraOptConfig = field(default_factory=CameraOptConfig)  # pose corrections (`cameras.py`)
+    bilateral: BilateralGridConfig = field(default_factory=BilateralGridConfig)  # appearance (`bilateral.py`)
     seed: int = 0
 
     def downscale_at(self, step: int) -> int:
@@ -95,9 +97,9 @@ def train_step(cfg: TrainConfig, tx, means_lr, isect_capacity: int, downscale: i
     g = state.gaussians
     strategy = cfg.strategy
 
-    cam = cfg.camera_opt
+    cam, bil = cfg.camera_opt, cfg.bilateral
 
-    def loss_fn(params, probe, deltas):
+    def loss_fn(params, probe, deltas, grids):
         means, quats, scales, opacities, sh = activated(params, g.alive)
         viewmats = data.viewmats[views]
         if cam.enabled:
@@ -107,6 +109,8 @@ def train_step(cfg: TrainConfig, tx, means_lr, isect_capacity: int, downscale: i
             sh_degree=sh_active, backgrounds=bgs, rasterizer=cfg.rasterizer, rasterize_mode=cfg.rasterize_mode,
             capacity=isect_capacity,
             means2d_probe=probe, absgrad=strategy.absgrad)
+        if bil.enabled:  # training renders only: each view through its own image's grid
+            renders = renders.at[..., :3].set(apply_grids(grids[views], renders[..., :3]))
         per_view = jax.vmap(photometric_loss, in_axes=(0, 0, 0, None))(renders, targets, masks, cfg.ssim_lambda)
         loss = jnp.mean(per_view) + strategy.regularizer(params, g.alive)
         if cfg.max_gauss_ratio > 0:  # splatfacto applies it every 10th step
@@ -114,14 +118,21 @@ def train_step(cfg: TrainConfig, tx, means_lr, isect_capacity: int, downscale: i
             loss = loss + jnp.where(state.step % 10 == 0, reg, 0.0)
         if cam.enabled:
             loss = loss + camera_penalty(cam, deltas)
+        if bil.enabled:
+            loss = loss + bil.tv_weight * total_variation(grids)
         return loss, (renders, per_view, meta)
 
     probe = jnp.zeros((B, g.capacity, 2), jnp.float32)
     deltas = state.cameras.deltas if cam.enabled else None
-    (_, (renders, per_view, meta)), (grads, probe_grad, cam_grads) = jax.value_and_grad(
-        loss_fn, argnums=(0, 1, 2), has_aux=True)(g.params, probe, deltas)
+    grids = state.bilateral.grids if bil.enabled else None
+    (_, (renders, per_view, meta)), (grads, probe_grad, cam_grads, grid_grads) = jax.value_and_grad(
+        loss_fn, argnums=(0, 1, 2, 3), has_aux=True)(g.params, probe, deltas, grids)
     if axis is not None:
-        grads, cam_grads = jax.lax.pmean((grads, cam_grads), axis)
+        grads, cam_grads, grid_grads = jax.lax.pmean((grads, cam_grads, grid_grads), axis)
+    bilateral = state.bilateral
+    if bil.enabled:
+        grid_updates, grid_opt = grid_optimizer(bil, cfg.max_steps).update(grid_grads, bilateral.opt_state, grids)
+        bilateral = GridState(optax.apply_updates(grids, grid_updates), grid_opt)
     cameras = state.cameras
     if cam.enabled:
         cam_updates, cam_opt = camera_optimizer(cam, cfg.max_steps).update(cam_grads, cameras.opt_state, deltas)
@@ -143,7 +154,7 @@ def train_step(cfg: TrainConfig, tx, means_lr, isect_capacity: int, downscale: i
         "num_intersections": meta["num_intersections"],
         "overflow": meta["overflow"],
     }
-    return TrainState(gaussians, opt_state, stats, state.step + 1, key, cameras), metrics
+    return TrainState(gaussians, opt_state, stats, state.step + 1, key, cameras, bilateral), metrics
 
 
 def refine_state(cfg: TrainConfig, tx, scene_scale: float, state: TrainState, step_before):
@@ -177,4 +188,5 @@ def init_state(cfg: TrainConfig, tx, gaussians: Gaussians, num_views: int = 0) -
         step=jnp.int32(0),
         key=jax.random.PRNGKey(cfg.seed),
         cameras=init_cameras(cfg.camera_opt, num_views, cfg.max_steps),
+        bilateral=init_grids(cfg.bilateral, num_views, cfg.max_steps),
     )

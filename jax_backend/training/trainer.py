@@ -79,9 +79,9 @@ class Trainer:
         self._device_data = replicate(data, self.devices) if self.parallel else data
         self.tx = make_optimizer(cfg.optim, self.scene_scale, cfg.max_steps)
         self.means_lr = means_schedule(cfg.optim, self.scene_scale, cfg.max_steps)
-        if cfg.camera_opt.enabled and jax.process_count() > 1:
-            raise ValueError("camera pose optimisation is not available with several processes (each holds its own "
-                             "views): run it on one host")
+        if (cfg.camera_opt.enabled or cfg.bilateral.enabled) and jax.process_count() > 1:
+            raise ValueError("camera pose optimisation and bilateral grids are not available with several processes "
+                             "(each holds its own views): run them on one host")
         self.state = init_state(cfg, self.tx, gaussians, data.num_views)
         if isect_capacity is None:
             isect_capacity = next_capacity(2 * self._count_intersections(0))
