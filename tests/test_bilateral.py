@@ -5,9 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jax_backend import DefaultStrategy, TrainConfig, Trainer, init_random, make_dataset, rasterization
+from jax_backend import DefaultStrategy, TrainConfig, Trainer, init_random, make_dataset
 from jax_backend.training.bilateral import BilateralGridConfig, init_grids, slice_grid, total_variation
-from scenes import cameras
+from synthetic import known_views
 
 
 def test_slice_and_total_variation_are_nerfstudios():
@@ -40,13 +40,8 @@ def test_grids_learn_each_images_exposure_and_colour():
     gain common to all images (about 0.96 here) that the Gaussians absorb, which is why splatfacto
     reports colour-corrected metrics for such runs (`color_corrected_metrics`)."""
     rng = np.random.default_rng(0)
-    n, w, h, views = 150, 64, 48, 24
-    gt = dict(means=rng.normal(size=(n, 3)) * 0.5, quats=rng.normal(size=(n, 4)),
-              scales=np.exp(rng.normal(-2.3, 0.3, (n, 3))), opacities=rng.uniform(0.6, 0.95, n),
-              colors=rng.uniform(0.1, 0.7, (n, 3)))
-    vms, Ks = cameras(w, h, n=views, radius=3.0, seed=0)
-    imgs, _, _ = rasterization(gt["means"], gt["quats"], gt["scales"], gt["opacities"], gt["colors"], vms, Ks, w, h)
-    imgs = np.clip(np.asarray(imgs), 0, 1)
+    views = 24
+    _, imgs, vms, Ks = known_views(views=views, colors=(0.1, 0.7), rng=rng)
     gains = np.exp(rng.uniform(-0.4, 0.4, (views, 1, 1, 1)) + rng.uniform(-0.15, 0.15, (views, 1, 1, 3)))
     gains /= np.exp(np.log(gains).mean(0, keepdims=True))
     shot = (np.clip(imgs * gains, 0, 1) * 255 + 0.5).astype(np.uint8)
