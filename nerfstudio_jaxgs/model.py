@@ -149,7 +149,7 @@ class JaxGSModel(SplatfactoModel):
             cameras = self.engine.state.cameras
             if cameras is not None and hasattr(self, "camera_optimizer"):
                 with torch.no_grad():
-                    self.camera_optimizer.pose_adjustment.copy_(torch.from_numpy(np.asarray(cameras.deltas)))
+                    self.camera_optimizer.pose_adjustment.copy_(torch.from_numpy(np.array(cameras.deltas)))
 
     # ------------------------------------------------------------------ torch views (DLPack)
     def _views(self):
