@@ -165,28 +165,29 @@ def _complete(path: Path, fmt: str) -> bool:
     return True
 
 
-def image_problem(path, role="image"):
-    """What is wrong with the image file at `path` (None: it opens as an image nerfstudio reads)."""
+def read_image_header(path, role="image"):
+    """(problem, size): what is wrong with the image file at `path` (None: it opens as an image
+    nerfstudio reads) and its (width, height) from the one open (None when it does not open)."""
     from PIL import Image
 
     path = Path(path)
     if not path.exists():
-        return f"{role} {path} does not exist"
+        return f"{role} {path} does not exist", None
     if path.is_dir():
-        return f"{role} {path} is a folder, not an image file"
+        return f"{role} {path} is a folder, not an image file", None
     if path.stat().st_size == 0:
-        return f"{role} {path} is empty (0 bytes)"
+        return f"{role} {path} is empty (0 bytes)", None
     try:
         with Image.open(path) as im:
-            fmt, mode = im.format, im.mode
+            fmt, mode, size = im.format, im.mode, im.size
             if not _complete(path, fmt):
                 im.load()  # decode in full: raises when truncated
     except (OSError, SyntaxError, ValueError) as e:  # PIL: UnidentifiedImageError (an OSError), truncation
         reason = str(e).replace(str(path), "").strip(" :'\"") or type(e).__name__
-        return f"{role} {path} cannot be read as an image ({reason})"
+        return f"{role} {path} cannot be read as an image ({reason})", None
     if mode in ("LA", "La", "PA"):
-        return f"{role} {path} has two channels ({mode}); nerfstudio reads grey, RGB or RGBA images"
-    return None
+        return f"{role} {path} has two channels ({mode}); nerfstudio reads grey, RGB or RGBA images", size
+    return None, size
 
 
 def _loaded_size(dataset, w: int, h: int):
@@ -199,7 +200,6 @@ def check_views(dataset, split: str) -> None:
     """Raise InputError naming the first image of `dataset` (a nerfstudio InputDataset) whose
     camera or file is unusable; `split`: "training" or "evaluation", for the message."""
     import numpy as np
-    from PIL import Image
 
     cams = dataset.cameras
     names = list(dataset.image_filenames)
@@ -218,21 +218,17 @@ def check_views(dataset, split: str) -> None:
         if wh[i, 0] <= 0 or wh[i, 1] <= 0:
             raise InputError(f"{where}: its camera is {wh[i, 0]}x{wh[i, 1]} pixels")
     for i, name in enumerate(names):
-        problem = image_problem(name, role=f"{split} image")
+        problem, raw = read_image_header(name, role=f"{split} image")
         if problem is None:
-            with Image.open(name) as im:
-                raw = im.size
             got, want = _loaded_size(dataset, *raw), (int(wh[i, 0]), int(wh[i, 1]))
             if got != want:
                 read = "" if got == raw else f" (read at {got[0]}x{got[1]})"
                 problem = (f"{split} image {name} is {raw[0]}x{raw[1]} pixels{read} but its camera is "
                            f"{want[0]}x{want[1]} (a resized image, or a stale w/h in the camera file?)")
         if problem is None and masks:
-            problem = image_problem(masks[i], role=f"mask of {split} image {Path(name).name},")
-            if problem is None:
-                with Image.open(masks[i]) as m, Image.open(name) as im:
-                    if m.size != im.size:
-                        problem = (f"mask {masks[i]} is {m.size[0]}x{m.size[1]} pixels but its image {name} is "
-                                   f"{im.size[0]}x{im.size[1]}")
+            problem, size = read_image_header(masks[i], role=f"mask of {split} image {Path(name).name},")
+            if problem is None and size != raw:
+                problem = (f"mask {masks[i]} is {size[0]}x{size[1]} pixels but its image {name} is "
+                           f"{raw[0]}x{raw[1]}")
         if problem:
             raise InputError(problem)
