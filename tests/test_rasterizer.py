@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import reference
-from jax_backend import rasterization
+from jax_backend import count_intersections, rasterization
 from scenes import cameras, hard_scene
 
 RASTERIZERS = ["flat", "standard"]
@@ -124,6 +124,18 @@ def test_overflow_flag_under_jit_and_growth_when_eager():
     assert not bool(meta2["overflow"][0])
     ref_img, _ = reference.render(*args[:5], vms[0], Ks[0], w, h)
     np.testing.assert_allclose(np.asarray(img[0]), ref_img, atol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["classic", "antialiased"])
+def test_counted_intersections_are_what_the_render_needs(mode):
+    w, h = 77, 53
+    scene = hard_scene(n=200, seed=4)
+    vms, Ks = cameras(w, h, n=4, seed=4)
+    args = [scene[k] for k in ("means", "quats", "scales", "opacities")]
+    counts = count_intersections(*args, vms, Ks, w, h, rasterize_mode=mode, tile_size=8)
+    _, _, meta = rasterization(*args, scene["colors"], vms, Ks, w, h, rasterize_mode=mode, tile_size=8)
+    np.testing.assert_array_equal(counts, np.asarray(meta["num_intersections"]))
+    assert len(set(counts.tolist())) > 1  # the cameras differ, so a count per camera is tested
 
 
 def test_bad_inputs_raise_clear_errors():

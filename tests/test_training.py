@@ -91,6 +91,25 @@ def test_overflowing_block_is_run_again_with_a_larger_buffer(scene):
     np.testing.assert_allclose(m_small["loss"], m_big["loss"], rtol=1e-5)
 
 
+def test_the_buffer_is_sized_for_the_most_demanding_view():
+    """View 0 sees a few Gaussians, another view all of them up close: the first block must not
+    have to run again with a larger buffer."""
+    from scenes import intrinsics, look_at
+
+    from jax_backend import make_dataset
+
+    w, h = 128, 96
+    far, near = look_at([0, 0, -30.0], [0, 0, 0]), look_at([0, 0, -2.5], [0, 0, 0])
+    K = intrinsics(w, h, 100.0)
+    data = make_dataset([np.zeros((h, w, 3), np.uint8)] * 2, np.stack([far, near]), np.stack([K, K]))
+    msgs = []
+    cfg = TrainConfig(max_steps=20, steps_per_block=10, sh_degree=0, strategy=DefaultStrategy())
+    tr = Trainer(cfg, data, init_random(4000, -1, 1, sh_degree=0), scene_scale=1.5, log=msgs.append)
+    m, _ = tr.run_block()
+    assert not any("intersection buffer too small" in x for x in msgs), msgs
+    assert tr.isect_capacity >= int(m["num_intersections"].max())
+
+
 def test_resume_gives_the_same_next_block(scene, tmp_path):
     _, train, _ = scene
     strategy = DefaultStrategy(refine_start=40, refine_every=50)

@@ -7,8 +7,8 @@ from .binning import next_capacity, next_pow2
 from .composite import RASTERIZERS
 from .projection import quat_to_rotmat
 from .projection import RASTERIZE_MODES
-from .rasterization import RENDER_MODES, rasterization
+from .rasterization import RENDER_MODES, count_intersections, rasterization
 from .sh import SH_C0, num_sh_bases
 
-__all__ = ["rasterization", "RASTERIZERS", "RASTERIZE_MODES", "RENDER_MODES", "next_capacity", "next_pow2", "quat_to_rotmat", "SH_C0",
+__all__ = ["rasterization", "count_intersections", "RASTERIZERS", "RASTERIZE_MODES", "RENDER_MODES", "next_capacity", "next_pow2", "quat_to_rotmat", "SH_C0",
            "num_sh_bases"]

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .binning import bin_gaussians, next_capacity
+from .binning import bin_gaussians, next_capacity, tile_rect
 from .composite import CompositeConfig, composite, get_rasterizer
 from .projection import RASTERIZE_MODES, project_gaussians
 from .sh import sh_to_color
@@ -108,6 +108,33 @@ def _rasterize_jit(cfg, capacity, render_mode, near_plane, eps2d, rasterize_mode
         out = one(jax.tree_util.tree_map(lambda x: x[0], xs))
         return jax.tree_util.tree_map(lambda x: x[None], out)
     return jax.lax.map(one, xs)
+
+
+@partial(jax.jit, static_argnums=(6, 7, 8, 9, 10, 11))
+def _count_jit(means, quats, scales, opacities, viewmats, Ks, width, height, tile_size, near_plane, eps2d,
+               rasterize_mode):
+    grid = TileGrid(width, height, tile_size)
+
+    def one(cam):
+        vm, K = cam
+        proj = project_gaussians(means, quats, scales, opacities, vm, K, width, height, near_plane, eps2d,
+                                 rasterize_mode)
+        _, n_xy = tile_rect(proj, grid)
+        return jnp.sum(n_xy[:, 0] * n_xy[:, 1])
+
+    return jax.lax.map(one, (viewmats, Ks))
+
+
+def count_intersections(means, quats, scales, opacities, viewmats, Ks, width: int, height: int, *,
+                        near_plane: float = 0.01, eps2d: float = 0.3, rasterize_mode: str = "classic",
+                        tile_size: int = 16) -> np.ndarray:
+    """The (Gaussian, tile) intersections each camera's render needs: the intersection buffer
+    `rasterization` must have for it, without rendering (projection and tile boxes only). Inputs
+    as `rasterization`'s; returns int64 [C]."""
+    arrays = [jnp.asarray(x, jnp.float32) for x in (means, quats, scales, opacities, viewmats, Ks)]
+    counts = _count_jit(*arrays, int(width), int(height), int(tile_size), float(near_plane), float(eps2d),
+                        rasterize_mode)
+    return np.asarray(counts, np.int64)
 
 
 def rasterization(

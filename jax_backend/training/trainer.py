@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..rendering import next_capacity, next_pow2, rasterization
+from ..rendering import count_intersections, next_capacity, next_pow2
 from .cameras import corrected_viewmats
 from .data import Dataset, ViewPlan, replicate
 from .gaussians import Gaussians, activated, render_gaussians
@@ -83,9 +83,8 @@ class Trainer:
             raise ValueError("camera pose optimisation and bilateral grids are not available with several processes "
                              "(each holds its own views): run them on one host")
         self.state = init_state(cfg, self.tx, gaussians, data.num_views)
-        if isect_capacity is None:
-            isect_capacity = next_capacity(2 * self._count_intersections(0))
-        self.isect_capacity = int(isect_capacity)
+        self.isect_capacity = int(isect_capacity) if isect_capacity is not None else self._capacity_ahead()
+        self._sized_for = cfg.downscale_at(self.step)  # the resolution the buffer was sized for
         self._compiled: dict = {}
         self._budget_bound = False
 
@@ -126,12 +125,18 @@ class Trainer:
         self.log(f"[jax-gs] step {self.step}: Gaussian capacity grown {old} -> {new_capacity}")
 
     # -- compiled programs
-    def _count_intersections(self, view: int) -> int:
+    def _capacity_ahead(self) -> int:
+        """An intersection buffer for the next block: twice what the most demanding training view
+        needs now, at the resolution the block trains at (room for the Gaussians to grow, so the
+        block rarely has to run again with a larger one)."""
         g = self.state.gaussians
-        means, quats, scales, opacities, sh = activated(g.params, g.alive)
-        _, _, meta = rasterization(means, quats, scales, opacities, sh, self.data.viewmats[view][None],
-                                   self.data.Ks[view][None], self.data.width, self.data.height, sh_degree=0)
-        return int(meta["num_intersections"][0])
+        means, quats, scales, opacities, _ = activated(g.params, g.alive)
+        factor = self.cfg.downscale_at(self.step)
+        Ks = np.array(self.data.Ks, np.float32)
+        Ks[:, :2, :] /= factor
+        counts = count_intersections(means, quats, scales, opacities, self.training_viewmats(), Ks, self.data.width // factor,
+                                     self.data.height // factor, rasterize_mode=self.cfg.rasterize_mode)
+        return next_capacity(2 * max(int(counts.max()), 1))
 
     def _block_fn(self, num_steps: int):
         downscale = self.cfg.downscale_at(self.step)  # a block keeps the factor it starts with
@@ -220,6 +225,9 @@ class Trainer:
         """
         num_steps = num_steps or min(self.cfg.steps_per_block, max(self.cfg.max_steps - self.step, 1))
         first = self.step
+        if self.cfg.downscale_at(first) != self._sized_for:  # a new training resolution: size the buffer for it
+            self._sized_for = self.cfg.downscale_at(first)
+            self.isect_capacity = max(self.isect_capacity, self._capacity_ahead())
         state, metrics, info = self._dispatch(num_steps)
         self._check_finite(state, metrics, first)  # raises, keeping the state from before the block
         self._state = state
@@ -248,6 +256,8 @@ class Trainer:
         grows to the saved one first. StateError naming `source` when it does not fit."""
         self.grow_capacity(capacity_of(arrays, source))
         self.state = from_named_arrays(self.state, arrays, source)
+        self._sized_for = self.cfg.downscale_at(self.step)
+        self.isect_capacity = max(self.isect_capacity, self._capacity_ahead())  # for the restored Gaussians
 
     def save(self, path, meta: Optional[dict] = None):
         """One .npz with the whole state (atomic). Returns its path."""
