@@ -18,6 +18,7 @@ import importlib
 # public name -> the module that defines it
 _EXPORTS = {
     "CheckpointError": "files",
+    "enable_compilation_cache": "files",
     "PlyError": "files",
     "read_checkpoint": "files",
     "read_ply": "files",
@@ -27,6 +28,7 @@ _EXPORTS = {
     "RASTERIZE_MODES": "rendering",
     "RENDER_MODES": "rendering",
     "rasterization": "rendering",
+    "count_intersections": "rendering",
     "Dataset": "training.data",
     "ViewPlan": "training.data",
     "make_dataset": "training.data",
@@ -37,6 +39,7 @@ _EXPORTS = {
     "alive_first": "training.gaussians",
     "init_from_points": "training.gaussians",
     "init_random": "training.gaussians",
+    "random_init_box": "training.gaussians",
     "render_gaussians": "training.gaussians",
     "rgb_to_sh0": "training.gaussians",
     "photometric_loss": "training.loss",

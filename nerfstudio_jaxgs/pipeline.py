@@ -10,6 +10,8 @@ import numpy as np
 
 from nerfstudio.pipelines.base_pipeline import VanillaPipeline, VanillaPipelineConfig
 
+from jax_backend.files import enable_compilation_cache
+
 from .bridge import cameras_to_opencv
 from .checks import check_scene, check_views
 from .errors import InputError, install_excepthook, no_prompts, user_errors
@@ -24,6 +26,7 @@ class JaxGSPipelineConfig(VanillaPipelineConfig):
 class JaxGSPipeline(VanillaPipeline):
     def __init__(self, config: JaxGSPipelineConfig, *args, **kwargs):
         install_excepthook()  # bad input below ends the run with one line naming the file
+        enable_compilation_cache()  # every ns-* command: programs compiled by an earlier run load from disk
         guard_export()  # ns-export: output folder checked before the model loads, atomic PLY
         dm = config.datamanager
         data = getattr(dm, "data", None) or dm.dataparser.data

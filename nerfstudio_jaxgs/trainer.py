@@ -108,6 +108,8 @@ class JaxGSTrainer(Trainer):
             stats = self.pipeline.train_block(n, end, publish_lock=self.train_lock)  # the viewer renders meanwhile
             dt = time.perf_counter() - t0
             before, done = done, done + n
+            if before == self._start_step:  # the first block of this command: compiled (or loaded from the cache)
+                print(f"[jax-gs] first block (steps {before + 1}-{done}) done in {dt:.1f} s", flush=True)
             self.step = step = done - 1  # nerfstudio's step: index of the last iteration run
             for s in range(before, done):  # per-step time for the progress table and the viewer
                 writer.put_time(name=EventName.ITER_TRAIN_TIME, duration=dt / n, step=s, avg_over_steps=True)
