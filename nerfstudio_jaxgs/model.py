@@ -28,6 +28,11 @@ class JaxGSModelConfig(SplatfactoModelConfig):
     """Background behind the Gaussians. "auto": the colour the dataparser composites RGBA images on
     (blender-data's alpha-color) for training, evaluation and viewing; otherwise splatfacto's
     rule, "random" in training (renders outside training on black)."""
+    random_scale: float = 0.0
+    """Where random initial Gaussians start (captures without a point cloud, or random-init): 0
+    = in the dataparser's scene box (blender-data's 3-unit cube around the object; the 2-unit cube
+    nerfstudio-data and colmap scale the cameras into); a width > 0 = splatfacto's cube that many
+    units wide around the origin (splatfacto's default is 10)."""
     steps_per_block: int = 100
     """Training steps compiled into one XLA program (one trainer iteration advances this many)."""
     rasterizer: Literal["flat", "standard"] = "flat"
@@ -60,19 +65,11 @@ class JaxGSModel(SplatfactoModel):
     def populate_modules(self):  # no super(): splatfacto's calls .cuda() and gsplat
         from torchmetrics.image import PeakSignalNoiseRatio, StructuralSimilarityIndexMeasure
 
-        from jax_backend import init_from_points, init_random
+        from .settings import initial_gaussians
 
-        from .settings import init_settings
-
-        init = init_settings(self.config)
-        seed_points = getattr(self, "seed_points", None)  # SplatfactoModel.__init__ keeps them there
-        if seed_points is not None and not init["random"] and len(seed_points[0]) > 0:
-            pts, rgb = (np.asarray(x.cpu() if hasattr(x, "cpu") else x) for x in seed_points)
-            self.gaussians = init_from_points(pts, rgb, sh_degree=init["sh_degree"], seed=init["seed"])
-        else:
-            s = init["random_scale"] / 2
-            self.gaussians = init_random(init["num_random"], [-s] * 3, [s] * 3, sh_degree=init["sh_degree"],
-                                         seed=init["seed"])
+        scene_box = self.scene_box.aabb.cpu().numpy() if getattr(self, "scene_box", None) is not None else None
+        # SplatfactoModel.__init__ keeps the dataparser's seed points in self.seed_points
+        self.gaussians = initial_gaussians(self.config, getattr(self, "seed_points", None), scene_box)
         self.engine = None  # jax_backend.Trainer, attached by the pipeline for training
         self._pending_state = None  # checkpoint arrays waiting for the engine
         self._trained_steps = 0

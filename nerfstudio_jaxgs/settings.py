@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from .errors import InputError
 
 # splatfacto's settings jax-gs does not implement yet, with what to do instead
@@ -156,10 +158,36 @@ def camera_opt_config(camera_optimizer, optimizers: dict):
     return CameraOptConfig(**settings, **_warmup_decay("camera_opt", optimizers))
 
 
-def init_settings(config) -> dict:
-    """How the Gaussians start when the dataparser gives no seed points (or random_init is set)."""
-    return dict(random=config.random_init, num_random=config.num_random, random_scale=config.random_scale,
+def init_settings(config, scene_box=None) -> dict:
+    """How the Gaussians start when the dataparser gives no seed points (or random_init is set):
+    `num_random` uniform in `box` (lo, hi), the dataparser's `scene_box` ([2, 3]) when
+    `random_scale` is 0 (jax-gs's default; None until the scene box is known), else splatfacto's
+    cube `random_scale` units wide."""
+    from jax_backend import random_init_box
+
+    if config.random_scale < 0:
+        raise InputError(f"--pipeline.model.random-scale {config.random_scale}: must be 0 (the scene's box) or a width > 0")
+    if config.random_scale > 0:
+        half = config.random_scale / 2
+        box = (np.full(3, -half), np.full(3, half))
+    else:
+        box = None if scene_box is None else random_init_box(scene_box)
+    return dict(random=config.random_init, num_random=config.num_random, box=box,
                 sh_degree=config.sh_degree, seed=config.seed)
+
+
+def initial_gaussians(config, seed_points=None, scene_box=None):
+    """The Gaussians a run starts from: the dataparser's seed points (a COLMAP or PLY point cloud)
+    when it has some and `random_init` is off, otherwise `init_settings`' random ones."""
+    from jax_backend import init_from_points, init_random
+
+    init = init_settings(config, scene_box)
+    if seed_points is not None and not init["random"] and len(seed_points[0]) > 0:
+        pts, rgb = (np.asarray(x.cpu() if hasattr(x, "cpu") else x) for x in seed_points)
+        return init_from_points(pts, rgb, sh_degree=init["sh_degree"], seed=init["seed"])
+    if init["box"] is None:
+        raise ValueError("random initialisation in the scene's box needs the scene box")
+    return init_random(init["num_random"], *init["box"], sh_degree=init["sh_degree"], seed=init["seed"])
 
 
 def training_background(config, data_background=None):

@@ -133,3 +133,30 @@ def test_presets():
     assert big.pipeline.model.cull_alpha_thresh == 0.005 and big.pipeline.model.densify_grad_thresh == 0.0005
     s = train_config(mcmc.pipeline.model, 1000, NUM_TRAIN, OPTIMIZERS, "black").strategy
     assert type(s).__name__ == "MCMCStrategy" and s.budget == 1_000_000 and s.min_opacity == 0.005
+
+
+def test_random_start_fills_the_scene_box_or_splatfacto_s_cube():
+    import numpy as np
+
+    from jax_backend import random_init_box
+    from nerfstudio_jaxgs.settings import initial_gaussians
+
+    box = np.array([[-1.5, -1.0, -0.5], [1.5, 1.0, 0.5]])
+    g = initial_gaussians(JaxGSModelConfig(num_random=3000), None, box)  # default: the scene's box
+    means = np.asarray(g.params["means"])[np.asarray(g.alive)]
+    assert len(means) == 3000
+    assert np.all(means >= box[0]) and np.all(means <= box[1])
+    assert np.all(means.min(0) < box[0] + 0.05) and np.all(means.max(0) > box[1] - 0.05)  # all of it
+    g = initial_gaussians(JaxGSModelConfig(num_random=3000, random_scale=10.0), None, box)  # splatfacto's cube
+    means = np.asarray(g.params["means"])[np.asarray(g.alive)]
+    assert np.abs(means).max() > 4.5 and np.abs(means).max() <= 5.0
+    with pytest.raises(InputError, match="random-scale -1"):
+        initial_gaussians(JaxGSModelConfig(random_scale=-1.0), None, box)
+    # without a scene box: a cube around the cameras, as far from their centre as the farthest one
+    from scenes import look_at
+
+    vms = np.stack([look_at([4.0 * np.cos(a), 0.5, 4.0 * np.sin(a)], [0, 0, 0]) for a in np.linspace(0, 2 * np.pi, 8, endpoint=False)])
+    lo, hi = random_init_box(viewmats=vms)
+    centre = np.linalg.inv(vms)[:, :3, 3].mean(0)
+    np.testing.assert_allclose((lo + hi) / 2, centre, atol=1e-9)
+    np.testing.assert_allclose((hi - lo) / 2, 1.1 * 4.0, rtol=1e-6)  # 3DGS's cameras extent

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..rendering import SH_C0, next_pow2, num_sh_bases, rasterization
+from .data import scene_extent
 
 PARAM_NAMES = ("means", "scales", "quats", "opacities", "sh0", "shN")
 
@@ -123,6 +124,33 @@ def init_random(num: int, scene_min, scene_max, **kw) -> Gaussians:
     rng = np.random.default_rng(kw.get("seed", 0))
     lo, hi = np.asarray(scene_min, np.float64), np.asarray(scene_max, np.float64)
     return init_from_points(rng.uniform(lo, hi, (num, 3)), None, **kw)
+
+
+def random_init_box(scene_box=None, viewmats=None):
+    """The box random initial Gaussians fill when a capture has no point cloud: the scene's bounds.
+
+    Args:
+      scene_box: [2, 3] (min, max) corners of the scene's box (a dataparser's scene box), used
+        when given.
+      viewmats: [V, 4, 4] world-to-camera matrices, used otherwise: a cube centred on the cameras'
+        mean centre, reaching `scene_extent` (1.1 x the largest distance of a camera from it) each
+        way, so it holds what cameras around an object look at.
+
+    Returns:
+      (lo [3], hi [3]) float64 corners.
+    """
+    if scene_box is not None:
+        box = np.asarray(scene_box, np.float64).reshape(2, 3)
+        if not np.all(np.isfinite(box)) or np.any(box[1] <= box[0]):
+            raise ValueError(f"the scene box must have finite corners with min < max, got {box.tolist()}")
+        return box[0], box[1]
+    if viewmats is None:
+        raise ValueError("random_init_box needs a scene box or the cameras")
+    centre = np.linalg.inv(np.asarray(viewmats, np.float64))[:, :3, 3].mean(0)
+    r = scene_extent(viewmats)
+    if not r > 0:
+        raise ValueError("the cameras all sit at one point: give the scene's box")
+    return centre - r, centre + r
 
 
 def alive_first(gaussians: Gaussians):
