@@ -15,7 +15,8 @@ Scenes:
 Variants (each the base recipe plus one change, as a user would pass it):
   default, antialiased, scale-reg, camera-opt, bilateral (with splatfacto's colour-corrected
   metrics), and for the random start: splatfacto-cube (splatfacto's 50,000 in a 10-unit cube),
-  random-100k, no-absgrad (gradient threshold 0.0002), full-res (no coarse-to-fine).
+  random-100k, no-absgrad (gradient threshold 0.0002), full-res (no coarse-to-fine); "a+b" for
+  both changes.
 
     python -m benchmarks.features --scene synthetic|fox [--steps 2000] [--variants default ...]
 """
@@ -170,7 +171,9 @@ def main():
     ap.add_argument("--variants", nargs="+", default=["default", "antialiased", "scale-reg", "camera-opt", "bilateral"])
     a = ap.parse_args()
     table = variants()
-    unknown = [v for v in a.variants if v not in table]
+    table.update({v: {k: x for part in v.split("+") for k, x in table.get(part, {"?": 0}).items()}
+                  for v in a.variants if "+" in v})  # "a+b": both changes
+    unknown = [v for v in a.variants if v not in table or "?" in table[v]]
     if unknown:
         ap.error(f"unknown variant(s) {unknown}: choose from {list(table)}")
     with tempfile.TemporaryDirectory() as tmp:
