@@ -13,7 +13,8 @@ import optax
 from ..rendering import rasterization
 from .data import Dataset, ViewPlan, downscale_views
 from .gaussians import Gaussians, activated
-from .bilateral import BilateralGridConfig, GridState, apply_grids, grid_optimizer, init_grids, total_variation
+from .bilateral import (BilateralGridConfig, GridState, apply_grids, centre_grids, grid_optimizer, init_grids,
+                        total_variation)
 from .cameras import CameraOptConfig, CameraState, camera_optimizer, camera_penalty, corrected_viewmats, init_cameras
 from .loss import photometric_loss, psnr, scale_regularization
 from .optim import OptimConfig
@@ -132,7 +133,8 @@ def train_step(cfg: TrainConfig, tx, means_lr, isect_capacity: int, downscale: i
     bilateral = state.bilateral
     if bil.enabled:
         grid_updates, grid_opt = grid_optimizer(bil, cfg.max_steps).update(grid_grads, bilateral.opt_state, grids)
-        bilateral = GridState(optax.apply_updates(grids, grid_updates), grid_opt)
+        new_grids = optax.apply_updates(grids, grid_updates)
+        bilateral = GridState(centre_grids(new_grids) if bil.centred else new_grids, grid_opt)
     cameras = state.cameras
     if cam.enabled:
         cam_updates, cam_opt = camera_optimizer(cam, cfg.max_steps).update(cam_grads, cameras.opt_state, deltas)
