@@ -217,6 +217,16 @@ def test_coarse_to_fine_training_resolution(scene):
     assert coarse["num_intersections"].mean() < 0.7 * fine["num_intersections"].mean()
 
 
+def test_short_runs_reach_full_resolution_by_their_middle():
+    splatfacto = dict(num_downscales=2, resolution_schedule=3000)
+    long_run = TrainConfig(max_steps=30000, **splatfacto)  # splatfacto's schedule, unchanged
+    assert [long_run.downscale_at(s) for s in (0, 2999, 3000, 5999, 6000)] == [4, 4, 2, 2, 1]
+    short = TrainConfig(max_steps=2000, **splatfacto)  # levels of 500 steps: full resolution from 1000
+    assert [short.downscale_at(s) for s in (0, 499, 500, 999, 1000, 1999)] == [4, 4, 2, 2, 1, 1]
+    assert TrainConfig(max_steps=1, **splatfacto).downscale_at(0) == 4  # (degenerate runs still work)
+    assert TrainConfig(max_steps=2000).downscale_at(0) == 1
+
+
 def test_diverging_training_stops_naming_the_step_and_the_arrays(scene):
     """A learning rate that blows the scales up: run_block raises NonFiniteError naming the step
     range and the parameters, and the trainer keeps the state from before the block."""
