@@ -143,7 +143,21 @@ def dataparser(scene: str, data: Path):
     return BlenderDataParserConfig(data=data)
 
 
-def run(scene: str, data: Path, model, optimizers, steps: int) -> dict:
+def save_first_view(pipeline, path: Path) -> None:
+    """The first held-out view beside its image (left: the image, right: the render), as a PNG."""
+    from PIL import Image
+
+    dataset = pipeline.datamanager.eval_dataset
+    outputs = pipeline.model.get_outputs_for_camera(dataset.cameras[0:1].to("cpu"))
+    render = outputs["rgb"].detach().cpu().numpy()
+    image = dataset.get_image_float32(0)[..., :3].numpy()
+    h, w = min(image.shape[0], render.shape[0]), min(image.shape[1], render.shape[1])  # (a camera may be a pixel short)
+    both = np.concatenate([image[:h, :w], render[:h, :w]], axis=1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray((np.clip(both, 0, 1) * 255 + 0.5).astype(np.uint8)).save(path)
+
+
+def run(scene: str, data: Path, model, optimizers, steps: int, render_to=None) -> dict:
     from nerfstudio.data.datamanagers.full_images_datamanager import FullImageDatamanagerConfig
 
     from nerfstudio_jaxgs.pipeline import JaxGSPipelineConfig
@@ -160,6 +174,8 @@ def run(scene: str, data: Path, model, optimizers, steps: int) -> dict:
         pipeline.train_block(min(engine.cfg.steps_per_block, steps - engine.step), steps)
     t2 = time.perf_counter()
     metrics = pipeline.get_average_eval_image_metrics()
+    if render_to is not None:
+        save_first_view(pipeline, render_to)
     return dict(metrics, gaussians=int(engine.state.gaussians.alive.sum()),
                 steps_per_s=(engine.step - engine.cfg.steps_per_block) / max(t2 - t1, 1e-9), first_block_s=t1 - t0)
 
@@ -168,6 +184,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scene", choices=["synthetic", "fox"], default="synthetic")
     ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--renders", type=Path, help="save each variant's first held-out view here (image | render)")
     ap.add_argument("--variants", nargs="+", default=["default", "antialiased", "scale-reg", "camera-opt", "bilateral"])
     a = ap.parse_args()
     table = variants()
@@ -183,7 +200,9 @@ def main():
               flush=True)
         rows = {}
         for name in a.variants:
-            r = run(a.scene, data, dataclasses.replace(base, **table[name]), copy.deepcopy(optimizers), a.steps)
+            render_to = a.renders / f"{a.scene}-{name}.png" if a.renders else None
+            r = run(a.scene, data, dataclasses.replace(base, **table[name]), copy.deepcopy(optimizers), a.steps,
+                    render_to)
             rows[name] = r
             extra = f", cc_psnr {r['cc_psnr']:.2f}" if "cc_psnr" in r else ""
             print(f"{name:16s} PSNR {r['psnr']:.2f} dB, SSIM {r['ssim']:.3f}{extra}, {r['gaussians']} Gaussians, "
