@@ -170,8 +170,14 @@ def init_settings(config, scene_box=None) -> dict:
     if config.random_scale > 0:
         half = config.random_scale / 2
         box = (np.full(3, -half), np.full(3, half))
+    elif scene_box is not None:
+        try:
+            box = random_init_box(scene_box)
+        except ValueError as e:  # e.g. a dataparser's scene-scale of 0
+            raise InputError(f"the dataparser's scene box cannot hold the random start: {e}; set "
+                             f"--pipeline.model.random-scale to a width > 0") from None
     else:
-        box = None if scene_box is None else random_init_box(scene_box)
+        box = None
     return dict(random=config.random_init, num_random=config.num_random, box=box,
                 sh_degree=config.sh_degree, seed=config.seed)
 

@@ -152,6 +152,8 @@ def test_random_start_fills_the_scene_box_or_splatfacto_s_cube():
     assert np.abs(means).max() > 4.5 and np.abs(means).max() <= 5.0
     with pytest.raises(InputError, match="random-scale -1"):
         initial_gaussians(JaxGSModelConfig(random_scale=-1.0), None, box)
+    with pytest.raises(InputError, match="scene box .* min < max"):  # a dataparser's scene-scale 0
+        initial_gaussians(JaxGSModelConfig(), None, np.zeros((2, 3)))
     # without a scene box: a cube around the cameras, as far from their centre as the farthest one
     from scenes import look_at
 
