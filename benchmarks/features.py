@@ -147,12 +147,15 @@ def save_first_view(pipeline, path: Path) -> None:
     """The first held-out view beside its image (left: the image, right: the render), as a PNG."""
     from PIL import Image
 
-    dataset = pipeline.datamanager.eval_dataset
-    outputs = pipeline.model.get_outputs_for_camera(dataset.cameras[0:1].to("cpu"))
+    dm = pipeline.datamanager
+    outputs = pipeline.model.get_outputs_for_camera(dm.eval_dataset.cameras[0:1].to("cpu"))
     render = outputs["rgb"].detach().cpu().numpy()
-    image = dataset.get_image_float32(0)[..., :3].numpy()
-    h, w = min(image.shape[0], render.shape[0]), min(image.shape[1], render.shape[1])  # (a camera may be a pixel short)
-    both = np.concatenate([image[:h, :w], render[:h, :w]], axis=1)
+    image = dm.cached_eval[0]["image"].cpu().numpy()  # as ns-eval compares: undistorted, composited
+    image = image.astype(np.float32) / 255.0 if image.dtype == np.uint8 else image
+    if image.shape[-1] == 4:  # RGBA on the background the model renders on
+        bg = pipeline.model.background_color.numpy()
+        image = image[..., :3] * image[..., 3:] + bg * (1 - image[..., 3:])
+    both = np.concatenate([image[..., :3], render], axis=1)
     path.parent.mkdir(parents=True, exist_ok=True)
     Image.fromarray((np.clip(both, 0, 1) * 255 + 0.5).astype(np.uint8)).save(path)
 
