@@ -6,4 +6,5 @@ from .fileio import AsyncWriter, atomic_open, atomic_write, png_bytes, remove_st
 from .ply import PlyError, property_names, read_ply, write_ply
 
 __all__ = ["CheckpointError", "read_checkpoint", "save_checkpoint", "compilation_cache_folder",
-           "enable_compilation_cache", "AsyncWriter", "atomic_open", "atomic_write", "remove_stale_temps", "png_bytes", "PlyError", "property_names", "read_ply", "write_ply"]
+           "enable_compilation_cache", "AsyncWriter", "atomic_open", "atomic_write", "remove_stale_temps",
+           "png_bytes", "PlyError", "property_names", "read_ply", "write_ply"]

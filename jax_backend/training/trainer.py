@@ -134,8 +134,9 @@ class Trainer:
         factor = self.cfg.downscale_at(self.step)
         Ks = np.array(self.data.Ks, np.float32)
         Ks[:, :2, :] /= factor
-        counts = count_intersections(means, quats, scales, opacities, self.training_viewmats(), Ks, self.data.width // factor,
-                                     self.data.height // factor, rasterize_mode=self.cfg.rasterize_mode)
+        counts = count_intersections(means, quats, scales, opacities, self.training_viewmats(), Ks,
+                                     self.data.width // factor, self.data.height // factor,
+                                     rasterize_mode=self.cfg.rasterize_mode)
         return next_capacity(2 * max(int(counts.max()), 1))
 
     def _block_fn(self, num_steps: int):
