@@ -25,7 +25,7 @@ CONFIGS = {
 }
 
 
-def build_trainer(n: int, rasterizer: str, steps_per_block: int, **trainer_kw):
+def build_trainer(n: int, rasterizer: str, steps_per_block: int, ssim_lambda: float = 0.2, **trainer_kw):
     import jax.numpy as jnp
     import numpy as np
 
@@ -51,7 +51,8 @@ def build_trainer(n: int, rasterizer: str, steps_per_block: int, **trainer_kw):
     p = {"means": means, "scales": np.log(scales), "quats": quats, "opacities": np.log(opac / (1 - opac)),
          "sh0": rgb_to_sh0(colors)[:, None], "shN": np.zeros((n, 15, 3))}
     g = Gaussians({k: jnp.asarray(v, jnp.float32) for k, v in p.items()}, jnp.ones(n, bool))
-    cfg = TrainConfig(steps_per_block=steps_per_block, rasterizer=rasterizer, strategy=DefaultStrategy(refine_start=10**9))
+    cfg = TrainConfig(steps_per_block=steps_per_block, rasterizer=rasterizer, ssim_lambda=ssim_lambda,
+                      strategy=DefaultStrategy(refine_start=10**9))
     return Trainer(cfg, data, g, scene_scale=2.0, **trainer_kw)
 
 
