@@ -159,11 +159,17 @@ def downscale_views(data: Dataset, views, factor: int):
     if factor == 1:
         return images, masks, Ks, data.width, data.height
     B, H, W, C = images.shape
-    h, w = H // factor, W // factor
+    Ks, w, h = downscaled_cameras(Ks, W, H, factor)
     images = images[:, : h * factor, : w * factor].reshape(B, h, factor, w, factor, C).mean((2, 4))
     masks = masks[:, : h * factor, : w * factor].reshape(B, h, factor, w, factor).all((2, 4))
-    Ks = Ks.at[:, :2, :].divide(float(factor)).at[:, 2, 2].set(1.0)
     return images, masks, Ks, w, h
+
+
+def downscaled_cameras(Ks, width: int, height: int, factor: int):
+    """Intrinsics [.., 3, 3] and image size for images downscaled by an integer `factor` (whole
+    factor x factor blocks, as `downscale_views` averages them): (Ks, width, height)."""
+    Ks = jnp.asarray(Ks).at[..., :2, :].divide(float(factor)).at[..., 2, 2].set(1.0)
+    return Ks, width // factor, height // factor
 
 
 def scene_extent(viewmats) -> float:
@@ -172,5 +178,10 @@ def scene_extent(viewmats) -> float:
     Args:
       viewmats: [V, 4, 4] world-to-camera matrices.
     """
-    positions = np.linalg.inv(np.asarray(viewmats, np.float64))[:, :3, 3]
+    positions = camera_centres(viewmats)
     return 1.1 * float(np.max(np.linalg.norm(positions - positions.mean(0), axis=1)))
+
+
+def camera_centres(viewmats) -> np.ndarray:
+    """[V, 3] float64 camera centres in world coordinates of world-to-camera matrices [V, 4, 4]."""
+    return np.linalg.inv(np.asarray(viewmats, np.float64))[:, :3, 3]

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..rendering import SH_C0, next_pow2, num_sh_bases, rasterization
-from .data import scene_extent
+from .data import camera_centres, scene_extent
 
 PARAM_NAMES = ("means", "scales", "quats", "opacities", "sh0", "shN")
 
@@ -146,7 +146,7 @@ def random_init_box(scene_box=None, viewmats=None):
         return box[0], box[1]
     if viewmats is None:
         raise ValueError("random_init_box needs a scene box or the cameras")
-    centre = np.linalg.inv(np.asarray(viewmats, np.float64))[:, :3, 3].mean(0)
+    centre = camera_centres(viewmats).mean(0)
     r = scene_extent(viewmats)
     if not r > 0:
         raise ValueError("the cameras all sit at one point: give the scene's box")

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..rendering import count_intersections, next_capacity, next_pow2
 from .cameras import corrected_viewmats
-from .data import Dataset, ViewPlan, replicate
+from .data import Dataset, ViewPlan, downscaled_cameras, replicate
 from .gaussians import Gaussians, activated, render_gaussians
 from .loss import psnr
 from .optim import make_optimizer, means_schedule
@@ -131,11 +131,9 @@ class Trainer:
         block rarely has to run again with a larger one)."""
         g = self.state.gaussians
         means, quats, scales, opacities, _ = activated(g.params, g.alive)
-        factor = self.cfg.downscale_at(self.step)
-        Ks = np.array(self.data.Ks, np.float32)
-        Ks[:, :2, :] /= factor
-        counts = count_intersections(means, quats, scales, opacities, self.training_viewmats(), Ks,
-                                     self.data.width // factor, self.data.height // factor,
+        Ks, width, height = downscaled_cameras(self.data.Ks, self.data.width, self.data.height,
+                                               self.cfg.downscale_at(self.step))
+        counts = count_intersections(means, quats, scales, opacities, self.training_viewmats(), Ks, width, height,
                                      rasterize_mode=self.cfg.rasterize_mode)
         return next_capacity(2 * max(int(counts.max()), 1))
 
