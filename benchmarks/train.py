@@ -25,7 +25,8 @@ CONFIGS = {
 }
 
 
-def build_trainer(n: int, rasterizer: str, steps_per_block: int, ssim_lambda: float = 0.2, **trainer_kw):
+def build_trainer(n: int, rasterizer: str, steps_per_block: int, ssim_lambda: float = 0.2, tile_devices: int = 0,
+                  **trainer_kw):
     import jax.numpy as jnp
     import numpy as np
 
@@ -51,12 +52,15 @@ def build_trainer(n: int, rasterizer: str, steps_per_block: int, ssim_lambda: fl
     p = {"means": means, "scales": np.log(scales), "quats": quats, "opacities": np.log(opac / (1 - opac)),
          "sh0": rgb_to_sh0(colors)[:, None], "shN": np.zeros((n, 15, 3))}
     g = Gaussians({k: jnp.asarray(v, jnp.float32) for k, v in p.items()}, jnp.ones(n, bool))
-    cfg = TrainConfig(steps_per_block=steps_per_block, rasterizer=rasterizer, ssim_lambda=ssim_lambda,
+    cfg = TrainConfig(steps_per_block=steps_per_block, rasterizer=rasterizer, ssim_lambda=ssim_lambda, tile_devices=tile_devices,
                       strategy=DefaultStrategy(refine_start=10**9))
     return Trainer(cfg, data, g, scene_scale=2.0, **trainer_kw)
 
 
 def measure(n: int, name: str, steps: int) -> dict:
+    from jax_backend.rendering.tile_parallel import use_cpu_cores
+
+    use_cpu_cores()  # as ns-train does: one CPU device per core, each view's tiles dealt over them
     import jax
 
     rasterizer, mode = CONFIGS[name]

@@ -49,12 +49,16 @@ class JaxGSModelConfig(SplatfactoModelConfig):
     """Viewer renders are padded up to a multiple of this many pixels, so moving the camera or
     small window changes do not recompile."""
     num_devices: int = 0
-    """Data-parallel devices (jax.pmap, gradients averaged with pmean): 0 = all local devices
+    """Data-parallel devices (jax.pmap, gradients averaged with pmean): 0 = all local devices on
+    an accelerator, one on a CPU (whose cores deal each view's tiles instead: tile-devices)
     (--machine.num-devices sets it too). Each device renders views_per_device views per step, so
     one step trains on num_devices x views_per_device views; the step count and learning-rate
     schedule stay per step."""
     views_per_device: int = 1
     """Views each device renders per step (a batch; 1 = the 3DGS recipe)."""
+    tile_devices: int = 0
+    """Each view's tiles are dealt over this many local devices, which render them side by side
+    (0 = automatic: on a CPU one host device per core, else 1; needs num-devices 1)."""
     seed: int = 0
 
 
@@ -125,14 +129,21 @@ class JaxGSModel(SplatfactoModel):
 
         c = self.config
         cfg = train_config(c, max_steps, self.num_train_data, optimizers, self.training_background())
-        num_devices = c.num_devices or len(jax.local_devices())
+        # default: every accelerator; on a CPU one device, its cores dealing each view's tiles
+        num_devices = c.num_devices or (1 if jax.default_backend() == "cpu" else len(jax.local_devices()))
         if num_devices > len(jax.local_devices()):
             raise InputError(f"num-devices {num_devices}: this host has {len(jax.local_devices())} JAX device(s)")
+        if not 0 <= c.tile_devices <= len(jax.local_devices()) or (c.tile_devices > 1 and num_devices > 1):
+            raise InputError(f"tile-devices {c.tile_devices}: needs num-devices 1 and at most this host's "
+                             f"{len(jax.local_devices())} JAX device(s)")
         # the capacity grows on the host as density control needs it
         self.engine = Trainer(cfg, dataset, self.gaussians, scene_scale, log=print, num_devices=num_devices,
                               views_per_device=c.views_per_device)
         if self.engine.views_per_step > 1:
             print(f"[jax-gs] data parallel: {num_devices} device(s) x {c.views_per_device} view(s) per step")
+        if self.engine.cfg.tile_devices > 1:
+            print(f"[jax-gs] each view's tiles dealt over {self.engine.cfg.tile_devices} "
+                  f"{jax.default_backend().upper()} devices")
         if self._pending_state is not None:
             self.engine.load_state_arrays(self._pending_state, "checkpoint")
             self._pending_state = None

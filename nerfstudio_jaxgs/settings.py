@@ -224,4 +224,4 @@ def train_config(config, max_steps: int, num_train_data: int, optimizers: dict, 
                        sh_degree=config.sh_degree, sh_degree_interval=config.sh_degree_interval,
                        ssim_lambda=config.ssim_lambda, background=background, strategy=strat,
                        num_downscales=config.num_downscales, resolution_schedule=config.resolution_schedule,
-                       optim=optim_config(optimizers), seed=config.seed)
+                       optim=optim_config(optimizers), seed=config.seed, tile_devices=config.tile_devices)

@@ -1,4 +1,5 @@
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -149,3 +150,25 @@ def test_bad_inputs_raise_clear_errors():
     with pytest.raises(ValueError, match="SH"):
         rasterization(scene["means"], scene["quats"], scene["scales"], scene["opacities"], scene["sh"][:, :5], vms, Ks, 32, 32,
                       sh_degree=1)
+
+
+def test_one_key_sort_orders_intersections_as_the_two_key_sort():
+    """The binning's one-key sort (tile x N + depth rank) gives the (tile, depth, id) order of the
+    two-key stable sort it replaces, ties in depth included; scenes too large for 32-bit keys take
+    the two-key sort itself."""
+    from jax_backend.rendering.binning import sort_by_tile_and_depth
+
+    rng = np.random.default_rng(0)
+    n, m, tiles = 500, 4000, 37
+    depths = jnp.asarray(np.round(rng.uniform(0, 3, n), 1), jnp.float32)  # many ties
+    owner = jnp.asarray(np.sort(rng.integers(0, n, m)), jnp.int32)  # slots in Gaussian order, as binned
+    tile = jnp.asarray(np.where(np.arange(m) < 3500, rng.integers(0, tiles, m), tiles), jnp.int32)  # unused: last
+    t1, ids1 = sort_by_tile_and_depth(tile, owner, depths, tiles)
+    key = np.lexsort((np.asarray(owner), np.where(np.asarray(tile) < tiles, np.asarray(depths)[owner], np.inf),
+                      np.asarray(tile)))
+    used = 3500
+    np.testing.assert_array_equal(np.asarray(t1), np.asarray(tile)[key])
+    np.testing.assert_array_equal(np.asarray(ids1)[:used], np.asarray(owner)[key][:used])
+    huge = 2**32 // n  # (tiles + 1) x n no longer fits in 32 bits: the two-key sort
+    t2, ids2 = sort_by_tile_and_depth(tile, owner, depths, huge)
+    np.testing.assert_array_equal(np.asarray(ids2)[:used], np.asarray(ids1)[:used])

@@ -12,14 +12,15 @@ import numpy as np
 from .blend import PixelCotangents
 from .rasterize_flat import flat_backward, flat_forward
 from .rasterize_standard import standard_backward, standard_forward
-from .tiles import TileGrid, TileLists, image_to_tiles, tiles_to_image
+from .tile_parallel import dealt_backward, dealt_forward
+from .tiles import TileGrid, TileLists, all_tiles, image_to_tiles, tiles_to_image
 
 
 class Rasterizer(NamedTuple):
     """A rasterizer's two walks over the tile lists (signatures of `rasterize_flat`'s)."""
 
-    forward: Callable  # (cfg, geom [GEOM,N], feats [ch,N], lists) -> BlendState (tile layout)
-    backward: Callable  # (cfg, geom, feats, lists, PixelCotangents, behind0) -> (d geom, d feats, |d means2d|)
+    forward: Callable  # (cfg, geom [GEOM,N], feats [ch,N], ids, Tiles) -> BlendState (tile layout)
+    backward: Callable  # (cfg, geom, feats, ids, Tiles, PixelCotangents, behind0) -> (d geom, d feats, |d means2d|)
 
 
 RASTERIZERS = {
@@ -45,6 +46,7 @@ class CompositeConfig(NamedTuple):
     groups: int  # flat: tiles sorted by workload and cut into this many groups, one loop each
     tile_batch: int  # standard: tiles vmapped together (0: all)
     absgrad: bool  # the means2d probe receives sum |dL/dmeans2d| instead of dL/dmeans2d
+    devices: int = 1  # the tiles are dealt over this host's first `devices` devices (`tile_parallel`)
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -70,7 +72,11 @@ def composite(cfg: CompositeConfig, geom, feats, background, probe, lists: TileL
 def _composite_fwd(cfg, geom, feats, background, probe, lists):
     geom_cf = (geom.at[:, :2].add(probe)).T  # channel first: [GEOM, N]
     feats_cf = feats.T  # [ch, N]
-    state = get_rasterizer(cfg.rasterizer).forward(cfg, geom_cf, feats_cf, lists)
+    forward, tiles = get_rasterizer(cfg.rasterizer).forward, all_tiles(lists, cfg.grid)
+    if cfg.devices > 1:
+        state = dealt_forward(forward, cfg, geom_cf, feats_cf, lists.ids, tiles, cfg.devices)
+    else:
+        state = forward(cfg, geom_cf, feats_cf, lists.ids, tiles)
     color = state.color + state.T * background[:, None, None]  # [ch, T, P]
     image = tiles_to_image(jnp.moveaxis(color, 0, -1), cfg.grid)
     out = (image, tiles_to_image(1.0 - state.T, cfg.grid))
@@ -87,8 +93,12 @@ def _composite_bwd(cfg, res, cot):
     dC = jnp.moveaxis(image_to_tiles(cot[0], cfg.grid), -1, 0)  # [ch, T, P]
     dA = image_to_tiles(cot[1], cfg.grid)
     behind0 = T_final * background[:, None, None]
-    d_geom, d_feats, d_abs = get_rasterizer(cfg.rasterizer).backward(
-        cfg, geom_cf, feats_cf, lists, PixelCotangents(last, T_final, dC, dA), behind0)
+    backward, tiles = get_rasterizer(cfg.rasterizer).backward, all_tiles(lists, cfg.grid)
+    args = (cfg, geom_cf, feats_cf, lists.ids, tiles, PixelCotangents(last, T_final, dC, dA), behind0)
+    if cfg.devices > 1:
+        d_geom, d_feats, d_abs = dealt_backward(backward, *args, cfg.devices)
+    else:
+        d_geom, d_feats, d_abs = backward(*args)
     d_background = jnp.sum(T_final * dC, axis=(1, 2))
     d_probe = d_abs if cfg.absgrad else d_geom[:, :2]
     return d_geom, d_feats, d_background, d_probe, jax.tree_util.tree_map(_float0_like, lists)

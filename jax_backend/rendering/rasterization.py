@@ -162,6 +162,7 @@ def rasterization(
     chunk: int = 32,
     groups: Optional[int] = None,
     tile_batch: int = 0,
+    tile_devices: int = 1,
 ):
     """Render C cameras, as gsplat's `rasterization`.
 
@@ -192,6 +193,8 @@ def rasterization(
       groups: (flat) tiles sorted by workload and cut into this many groups, each with its own
         loop (default 8 on CPU, 1 elsewhere).
       tile_batch: (standard) tiles vmapped together (0: all).
+      tile_devices: each camera's tiles are dealt over this host's first `tile_devices` devices,
+        which render them side by side (`tile_parallel`; 1: one device).
 
     Returns:
       (render_colors [C, H, W, ch], render_alphas [C, H, W, 1], meta): `meta` holds per-camera
@@ -217,7 +220,7 @@ def rasterization(
     if groups is None:  # workload-sorted tile groups pay off on CPUs; accelerators prefer one wide loop
         groups = 8 if jax.default_backend() == "cpu" else 1
     cfg = CompositeConfig(TileGrid(width, height, int(tile_size)), rasterizer, int(chunk), int(groups), int(tile_batch),
-                          bool(absgrad))
+                          bool(absgrad), int(tile_devices))
     arrays = (means, quats, scales, opacities, colors, viewmats, Ks, backgrounds, means2d_probe, degree)
     traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(arrays))
     key = (n, c, width, height, int(tile_size))

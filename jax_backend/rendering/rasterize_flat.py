@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from .blend import (BackState, BlendState, PixelCotangents, Splat, blend_backward, blend_forward, gradient_rows,
                     initial_state, split_rows, sum_pixels)
-from .tiles import Pixels, TileLists, tile_pixels
+from .tiles import Pixels, Tiles
 
 
 def _gather_chunk(k, chunk, geom, feats, ids, start, length):
@@ -67,22 +67,23 @@ def _forward_tiles(B, geom, feats, ids, start, length, px: Pixels, inside) -> Bl
     return jax.lax.while_loop(cond, body, (jnp.int32(0), initial_state(inside, feats.shape[0])))[1]
 
 
-def flat_forward(cfg, geom, feats, lists: TileLists) -> BlendState:
+def flat_forward(cfg, geom, feats, ids, tiles: Tiles) -> BlendState:
     """Front-to-back blend of every tile's list.
 
     Args:
-      cfg: `CompositeConfig` (grid, chunk, groups).
+      cfg: `CompositeConfig` (chunk, groups).
       geom: [GEOM, N] packed screen parameters; feats: [ch, N].
-      lists: the binning's per-tile lists.
+      ids: [M] the binning's sorted Gaussian ids.
+      tiles: the tiles to render (`Tiles`, T of them).
 
     Returns:
       `BlendState` in the tile layout: T, last, done [T, S*S], color [ch, T, S*S].
     """
-    px, inside = tile_pixels(cfg.grid)
-    length = lists.end - lists.start
+    length = tiles.end - tiles.start
     order, bounds = _groups(cfg.groups, length)
-    start, length, x, y, inside = [_take(a, order) for a in (lists.start, length, px.x, px.y, inside)]
-    parts = [_forward_tiles(cfg.chunk, geom, feats, lists.ids, start[a:b], length[a:b], Pixels(x[a:b], y[a:b]),
+    start, length, x, y, inside = [_take(a, order) for a in (tiles.start, length, tiles.px.x, tiles.px.y,
+                                                              tiles.inside)]
+    parts = [_forward_tiles(cfg.chunk, geom, feats, ids, start[a:b], length[a:b], Pixels(x[a:b], y[a:b]),
                             inside[a:b]) for a, b in bounds]
     state = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs, axis=-2), *parts)  # tile axis: -2
     if order is None:
@@ -112,26 +113,26 @@ def _backward_tiles(B, acc, geom, feats, ids, start, length, px: Pixels, cot: Pi
     return jax.lax.while_loop(lambda c: c[0] > 0, body, init)[2]
 
 
-def flat_backward(cfg, geom, feats, lists: TileLists, cot: PixelCotangents, behind0):
+def flat_backward(cfg, geom, feats, ids, tiles: Tiles, cot: PixelCotangents, behind0):
     """Back-to-front walk of every tile's list.
 
     Args:
-      cfg, geom, feats, lists: as `flat_forward`.
+      cfg, geom, feats, ids, tiles: as `flat_forward`.
       cot: per-pixel forward residuals and output cotangents, tile layout.
       behind0: [ch, T, S*S] what lies behind the last Gaussian (T_final * background).
 
     Returns:
       (d geom [N, GEOM], d feats [N, ch], sum over pixels of |d means2d| [N, 2]).
     """
-    px, _ = tile_pixels(cfg.grid)
     ch, n = feats.shape
     order, bounds = _groups(cfg.groups, jnp.max(cot.last, axis=1))
-    tiles = [_take(a, order) for a in (lists.start, lists.end - lists.start, px.x, px.y, cot.last, cot.T_final, cot.dA)]
+    per_tile = [_take(a, order) for a in (tiles.start, tiles.end - tiles.start, tiles.px.x, tiles.px.y, cot.last,
+                                          cot.T_final, cot.dA)]
     per_ch = [_take(a, order, axis=1) for a in (behind0, cot.dC)]
     acc = gradient_rows(n, ch)
     for a, b in bounds:
-        s, length, x, y, last, T_final, dA = [t[a:b] for t in tiles]
+        s, length, x, y, last, T_final, dA = [t[a:b] for t in per_tile]
         b0, dC = [t[:, a:b] for t in per_ch]
-        acc = _backward_tiles(cfg.chunk, acc, geom, feats, lists.ids, s, length, Pixels(x, y),
+        acc = _backward_tiles(cfg.chunk, acc, geom, feats, ids, s, length, Pixels(x, y),
                               PixelCotangents(last, T_final, dC, dA), b0)
     return split_rows(acc, ch)

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from .blend import (BackState, BlendState, PixelCotangents, Splat, blend_backward, blend_forward, gradient_rows,
                     initial_state, split_rows, sum_pixels)
-from .tiles import Pixels, TileLists, tile_pixels
+from .tiles import Pixels, Tiles
 
 # per-pixel state and images carry the pixel axis last (features channel first: [ch, P])
 _pixel_blend = jax.vmap(blend_forward, in_axes=(-1, -1, None), out_axes=-1)
@@ -27,12 +27,10 @@ def _group_size(cfg, num_tiles: int) -> int:
     return num_tiles if cfg.tile_batch <= 0 else min(cfg.tile_batch, num_tiles)
 
 
-def standard_forward(cfg, geom, feats, lists: TileLists) -> BlendState:
+def standard_forward(cfg, geom, feats, ids, tiles: Tiles) -> BlendState:
     """Front-to-back blend, one tile's list per vmapped lane. Arguments and result as
     `rasterize_flat.flat_forward` (cfg.tile_batch: tiles vmapped together)."""
-    px, inside = tile_pixels(cfg.grid)
     ch = feats.shape[0]
-    ids = lists.ids
 
     def tile(args):
         tpx, tin, s, e = args
@@ -48,17 +46,16 @@ def standard_forward(cfg, geom, feats, lists: TileLists) -> BlendState:
 
         return jax.lax.while_loop(cond, body, (jnp.int32(0), initial_state(tin, ch)))[1]
 
-    st = jax.lax.map(tile, (px, inside, lists.start, lists.end), batch_size=_group_size(cfg, lists.start.shape[0]))
+    st = jax.lax.map(tile, (tiles.px, tiles.inside, tiles.start, tiles.end),
+                     batch_size=_group_size(cfg, tiles.start.shape[0]))
     return st._replace(color=jnp.moveaxis(st.color, 1, 0))  # [T, ch, P] -> [ch, T, P]
 
 
-def standard_backward(cfg, geom, feats, lists: TileLists, cot: PixelCotangents, behind0):
+def standard_backward(cfg, geom, feats, ids, tiles: Tiles, cot: PixelCotangents, behind0):
     """Back-to-front walk, a group of tiles at a time. Arguments and result as
     `rasterize_flat.flat_backward`."""
-    px, _ = tile_pixels(cfg.grid)
     ch, n = feats.shape
-    ids = lists.ids
-    num_tiles = lists.start.shape[0]
+    num_tiles = tiles.start.shape[0]
     G = _group_size(cfg, num_tiles)
     pad = (-num_tiles) % G
 
@@ -68,7 +65,7 @@ def standard_backward(cfg, geom, feats, lists: TileLists, cot: PixelCotangents, 
         x = x.reshape((-1, G) + x.shape[1:])
         return jnp.moveaxis(x, 1, axis + 1)
 
-    groups = (grouped(px.x), grouped(px.y), grouped(lists.start), grouped(lists.end),
+    groups = (grouped(tiles.px.x), grouped(tiles.px.y), grouped(tiles.start), grouped(tiles.end),
               PixelCotangents(grouped(cot.last), grouped(cot.T_final), grouped(cot.dC, 1), grouped(cot.dA)),
               grouped(behind0, 1))
 

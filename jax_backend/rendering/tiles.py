@@ -81,3 +81,20 @@ class TileLists(NamedTuple):
     ids: jnp.ndarray  # [M] int32 Gaussian ids, tile-major, front to back within a tile
     start: jnp.ndarray  # [T] int32
     end: jnp.ndarray  # [T] int32
+
+
+class Tiles(NamedTuple):
+    """Some tiles of an image as the rasterizers walk them: each tile's range of the sorted list
+    (`ids[start:end]`) and its pixels. Every entry has the tile axis first, so any subset or
+    order of tiles is again `Tiles` (tiles are independent of each other)."""
+
+    start: jnp.ndarray  # [T] int32
+    end: jnp.ndarray  # [T] int32
+    px: Pixels  # [T, S*S] pixel centres
+    inside: jnp.ndarray  # [T, S*S] bool: the pixel lies in the image
+
+
+def all_tiles(lists: TileLists, grid: TileGrid) -> Tiles:
+    """Every tile of `grid`, in row-major order, with its list range."""
+    px, inside = tile_pixels(grid)
+    return Tiles(lists.start, lists.end, px, inside)

@@ -43,6 +43,8 @@ class TrainConfig:
     camera_opt: CameraOptConfig = field(default_factory=CameraOptConfig)  # pose corrections (`cameras.py`)
     bilateral: BilateralGridConfig = field(default_factory=BilateralGridConfig)  # appearance (`bilateral.py`)
     seed: int = 0
+    tile_devices: int = 0  # each view's tiles are dealt over this many local devices (`rendering.tile_parallel`);
+    # 0: automatic (every core on a CPU, 1 elsewhere: `auto_tile_devices`)
 
     @property
     def steps_per_level(self) -> int:
@@ -119,8 +121,7 @@ def train_step(cfg: TrainConfig, tx, means_lr, isect_capacity: int, downscale: i
         renders, _, meta = rasterization(
             means, quats, scales, opacities, sh, viewmats, Ks, width, height,
             sh_degree=sh_active, backgrounds=bgs, rasterizer=cfg.rasterizer, rasterize_mode=cfg.rasterize_mode,
-            capacity=isect_capacity,
-            means2d_probe=probe, absgrad=strategy.absgrad)
+            capacity=isect_capacity, means2d_probe=probe, absgrad=strategy.absgrad, tile_devices=cfg.tile_devices)
         if bil.enabled:  # training renders only: each view through its own image's grid
             renders = renders.at[..., :3].set(apply_grids(grids[views], renders[..., :3]))
         per_view = jax.vmap(photometric_loss, in_axes=(0, 0, 0, None))(renders, targets, masks, cfg.ssim_lambda)

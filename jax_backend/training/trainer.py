@@ -2,14 +2,17 @@
 device says are too small, and saves, restores and renders its state."""
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 from typing import Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 
 from ..rendering import count_intersections, next_capacity, next_pow2
+from ..rendering.tile_parallel import auto_tile_devices, tile_mesh
 from .cameras import corrected_viewmats
 from .data import Dataset, ViewPlan, downscaled_cameras, replicate
 from .gaussians import Gaussians, activated, render_gaussians
@@ -72,11 +75,21 @@ class Trainer:
                              f"{len(local)}, got {num_devices}")
         self.devices = local[:num_devices]
         self.parallel = num_devices > 1 or jax.process_count() > 1
+        tile_devices = cfg.tile_devices or auto_tile_devices(num_devices)
+        if not 1 <= tile_devices <= len(local):
+            raise ValueError(f"tile_devices must be between 0 (automatic) and {len(local)} (this host's devices), "
+                             f"got {cfg.tile_devices}")
+        if tile_devices > 1 and self.parallel:
+            raise ValueError(f"tile_devices {tile_devices} deals one view's tiles over several devices: it needs "
+                             f"num_devices 1 and one process (data parallelism takes the devices)")
+        cfg = dataclasses.replace(cfg, tile_devices=tile_devices)
+        # tile parallel: the state and the data replicated on the devices the tiles are dealt to
+        self._placement = NamedSharding(tile_mesh(tile_devices), PartitionSpec()) if tile_devices > 1 else None
         self.plan = ViewPlan(data.num_views, int(views_per_device), num_devices, "devices" if self.parallel else None,
                              lane_offset=jax.process_index() * num_devices * int(views_per_device), seed=cfg.seed)
         self.plan.table()  # enough views for the lanes
         self.cfg, self.data, self.scene_scale, self.log = cfg, data, float(scene_scale), log
-        self._device_data = replicate(data, self.devices) if self.parallel else data
+        self._device_data = replicate(data, self.devices) if self.parallel else self._placed(data)
         self.tx = make_optimizer(cfg.optim, self.scene_scale, cfg.max_steps)
         self.means_lr = means_schedule(cfg.optim, self.scene_scale, cfg.max_steps)
         if (cfg.camera_opt.enabled or cfg.bilateral.enabled) and jax.process_count() > 1:
@@ -94,11 +107,17 @@ class Trainer:
         """The training state (one replica's copy when data parallel: they are identical)."""
         if self.parallel:  # the first local device's shard: a plain single-device array
             return jax.tree_util.tree_map(lambda x: x.addressable_shards[0].data[0], self._state)
+        if self._placement is not None:  # replicated: the first device's copy
+            return jax.tree_util.tree_map(lambda x: x.addressable_shards[0].data, self._state)
         return self._state
 
     @state.setter
     def state(self, value: TrainState):
-        self._state = replicate(value, self.devices) if self.parallel else value
+        self._state = replicate(value, self.devices) if self.parallel else self._placed(value)
+
+    def _placed(self, tree):
+        """`tree` where the block program runs: replicated on the tile devices (one device: as is)."""
+        return tree if self._placement is None else jax.device_put(tree, self._placement)
 
     @property
     def step(self) -> int:
