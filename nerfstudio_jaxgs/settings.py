@@ -187,8 +187,9 @@ def initial_gaussians(config, seed_points=None, scene_box=None):
     when it has some and `random_init` is off, otherwise `init_settings`' random ones."""
     from jax_backend import init_from_points, init_random
 
-    init = init_settings(config, scene_box)
-    if seed_points is not None and not init["random"] and len(seed_points[0]) > 0:
+    use_points = seed_points is not None and not config.random_init and len(seed_points[0]) > 0
+    init = init_settings(config, None if use_points else scene_box)  # the box only matters for a random start
+    if use_points:
         pts, rgb = (np.asarray(x.cpu() if hasattr(x, "cpu") else x) for x in seed_points)
         return init_from_points(pts, rgb, sh_degree=init["sh_degree"], seed=init["seed"])
     if init["box"] is None:

@@ -154,6 +154,9 @@ def test_random_start_fills_the_scene_box_or_splatfacto_s_cube():
         initial_gaussians(JaxGSModelConfig(random_scale=-1.0), None, box)
     with pytest.raises(InputError, match="scene box .* min < max"):  # a dataparser's scene-scale 0
         initial_gaussians(JaxGSModelConfig(), None, np.zeros((2, 3)))
+    # seed points need no box: a degenerate one does not stop a run that starts from them
+    pts = (np.random.default_rng(0).normal(size=(50, 3)), np.full((50, 3), 128, np.uint8))
+    assert int(np.asarray(initial_gaussians(JaxGSModelConfig(), pts, np.zeros((2, 3))).alive).sum()) == 50
     # without a scene box: a cube around the cameras, as far from their centre as the farthest one
     from scenes import look_at
 
