@@ -72,11 +72,8 @@ def composite(cfg: CompositeConfig, geom, feats, background, probe, lists: TileL
 def _composite_fwd(cfg, geom, feats, background, probe, lists):
     geom_cf = (geom.at[:, :2].add(probe)).T  # channel first: [GEOM, N]
     feats_cf = feats.T  # [ch, N]
-    forward, tiles = get_rasterizer(cfg.rasterizer).forward, all_tiles(lists, cfg.grid)
-    if cfg.devices > 1:
-        state = dealt_forward(forward, cfg, geom_cf, feats_cf, lists.ids, tiles, cfg.devices)
-    else:
-        state = forward(cfg, geom_cf, feats_cf, lists.ids, tiles)
+    state = dealt_forward(get_rasterizer(cfg.rasterizer).forward, cfg, geom_cf, feats_cf, lists.ids,
+                          all_tiles(lists, cfg.grid), cfg.devices)
     color = state.color + state.T * background[:, None, None]  # [ch, T, P]
     image = tiles_to_image(jnp.moveaxis(color, 0, -1), cfg.grid)
     out = (image, tiles_to_image(1.0 - state.T, cfg.grid))
@@ -93,12 +90,9 @@ def _composite_bwd(cfg, res, cot):
     dC = jnp.moveaxis(image_to_tiles(cot[0], cfg.grid), -1, 0)  # [ch, T, P]
     dA = image_to_tiles(cot[1], cfg.grid)
     behind0 = T_final * background[:, None, None]
-    backward, tiles = get_rasterizer(cfg.rasterizer).backward, all_tiles(lists, cfg.grid)
-    args = (cfg, geom_cf, feats_cf, lists.ids, tiles, PixelCotangents(last, T_final, dC, dA), behind0)
-    if cfg.devices > 1:
-        d_geom, d_feats, d_abs = dealt_backward(backward, *args, cfg.devices)
-    else:
-        d_geom, d_feats, d_abs = backward(*args)
+    d_geom, d_feats, d_abs = dealt_backward(get_rasterizer(cfg.rasterizer).backward, cfg, geom_cf, feats_cf, lists.ids,
+                                            all_tiles(lists, cfg.grid), PixelCotangents(last, T_final, dC, dA),
+                                            behind0, cfg.devices)
     d_background = jnp.sum(T_final * dC, axis=(1, 2))
     d_probe = d_abs if cfg.absgrad else d_geom[:, :2]
     return d_geom, d_feats, d_background, d_probe, jax.tree_util.tree_map(_float0_like, lists)

@@ -89,7 +89,10 @@ def _tile_axis(x):  # tile-layout arrays: [..., T, S*S]
 
 
 def dealt_forward(forward, cfg, geom, feats, ids, tiles: Tiles, num_devices: int) -> BlendState:
-    """`forward(cfg, geom, feats, ids, tiles)` with the tiles dealt over `num_devices` devices."""
+    """`forward(cfg, geom, feats, ids, tiles)` with the tiles dealt over `num_devices` devices
+    (one: called as it is)."""
+    if num_devices <= 1:
+        return forward(cfg, geom, feats, ids, tiles)
     t = tiles.start.shape[0]
     idx = deal(tiles.end - tiles.start, num_devices)
     mine = jax.tree_util.tree_map(lambda x: _take(x, idx, 0), tiles)
@@ -106,7 +109,9 @@ def dealt_forward(forward, cfg, geom, feats, ids, tiles: Tiles, num_devices: int
 
 def dealt_backward(backward, cfg, geom, feats, ids, tiles: Tiles, cot: PixelCotangents, behind0, num_devices: int):
     """`backward(cfg, geom, feats, ids, tiles, cot, behind0)` with the tiles dealt over
-    `num_devices` devices and the per-Gaussian sums added over them."""
+    `num_devices` devices and the per-Gaussian sums added over them (one: called as it is)."""
+    if num_devices <= 1:
+        return backward(cfg, geom, feats, ids, tiles, cot, behind0)
     idx = deal(jnp.max(cot.last, axis=1), num_devices)
     mine = jax.tree_util.tree_map(lambda x: _take(x, idx, 0), tiles)
     mine_cot = jax.tree_util.tree_map(lambda x: _take(x, idx, _tile_axis(x)), cot)
