@@ -29,6 +29,8 @@ _EXPORTS = {
     "RENDER_MODES": "rendering",
     "rasterization": "rendering",
     "count_intersections": "rendering",
+    "auto_tile_devices": "rendering.tile_parallel",
+    "use_cpu_cores": "rendering.tile_parallel",
     "Dataset": "training.data",
     "ViewPlan": "training.data",
     "make_dataset": "training.data",

@@ -215,6 +215,16 @@ class JaxGSModel(SplatfactoModel):
 
         return sh_degree_at(self._trained_steps, self.config.sh_degree_interval, self.config.sh_degree)
 
+    def _render_tile_devices(self) -> int:
+        """Devices the viewer's and eval's renders deal their tiles over: the tile-devices setting,
+        automatic by default (every core on a CPU), within this host's devices."""
+        import jax
+
+        from jax_backend import auto_tile_devices
+
+        n = self.config.tile_devices or auto_tile_devices()
+        return max(1, min(n, len(jax.local_devices())))
+
     def render(self, camera, background=None) -> Dict[str, torch.Tensor]:
         """Render one nerfstudio camera: rgb [H,W,3], depth [H,W,1] (expected depth), accumulation [H,W,1]."""
         from jax_backend import render_gaussians
@@ -233,7 +243,7 @@ class JaxGSModel(SplatfactoModel):
         colors, alpha = render_gaussians(self.gaussians, vm[0], K[0], W, H, sh_degree=self._sh_degree_now(),
                                          background=bg, render_mode="RGB+ED", rasterizer=self.config.rasterizer,
                                          rasterize_mode=self.config.rasterize_mode,
-                                         keep=keep)
+                                         keep=keep, tile_devices=self._render_tile_devices())
         colors, alpha = np.asarray(colors[:h, :w]), np.asarray(alpha[:h, :w])
         return {
             "rgb": torch.from_numpy(np.clip(colors[..., :3], 0.0, 1.0).copy()),

@@ -11,7 +11,6 @@ import numpy as np
 from nerfstudio.pipelines.base_pipeline import VanillaPipeline, VanillaPipelineConfig
 
 from jax_backend.files import enable_compilation_cache
-from jax_backend.rendering.tile_parallel import use_cpu_cores
 
 from .bridge import cameras_to_opencv
 from .checks import check_scene, check_views
@@ -28,6 +27,8 @@ class JaxGSPipeline(VanillaPipeline):
     def __init__(self, config: JaxGSPipelineConfig, *args, **kwargs):
         install_excepthook()  # bad input below ends the run with one line naming the file
         enable_compilation_cache()  # every ns-* command: programs compiled by an earlier run load from disk
+        from jax_backend import use_cpu_cores
+
         use_cpu_cores()  # on a CPU, one JAX device per core (training deals each view's tiles over them)
         guard_export()  # ns-export: output folder checked before the model loads, atomic PLY
         dm = config.datamanager

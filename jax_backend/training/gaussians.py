@@ -164,7 +164,8 @@ def alive_first(gaussians: Gaussians):
 
 
 def render_gaussians(gaussians: Gaussians, viewmat, K, width: int, height: int, *, sh_degree, background=None,
-                     render_mode: str = "RGB+ED", rasterizer: str = "flat", rasterize_mode: str = "classic", keep=None):
+                     render_mode: str = "RGB+ED", rasterizer: str = "flat", rasterize_mode: str = "classic", keep=None,
+                     tile_devices: int = 1):
     """Render the alive Gaussians from one camera (eagerly: the intersection buffer grows as needed).
 
     Args:
@@ -177,6 +178,7 @@ def render_gaussians(gaussians: Gaussians, viewmat, K, width: int, height: int, 
       rasterizer: "flat" or "standard".
       rasterize_mode: "classic" or "antialiased" (as `rasterization`).
       keep: optional [capacity] bool, Gaussians to render (others get opacity 0; e.g. a crop box).
+      tile_devices: the image's tiles are dealt over this many local devices (as `rasterization`).
 
     Returns:
       (features [H, W, ch] (RGB, then depth for "+D"/"+ED" modes), alpha [H, W, 1]).
@@ -188,5 +190,5 @@ def render_gaussians(gaussians: Gaussians, viewmat, K, width: int, height: int, 
     colors, alpha, _ = rasterization(means, quats, scales, opacities, sh, jnp.asarray(viewmat, jnp.float32)[None],
                                      jnp.asarray(K, jnp.float32)[None], width, height, sh_degree=sh_degree,
                                      backgrounds=bg, render_mode=render_mode, rasterizer=rasterizer,
-                                     rasterize_mode=rasterize_mode)
+                                     rasterize_mode=rasterize_mode, tile_devices=tile_devices)
     return colors[0], alpha[0]
