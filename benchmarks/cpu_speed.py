@@ -24,10 +24,11 @@ import json
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
+
+from . import startup, versus
 
 HERE = Path(__file__).resolve().parents[1]
 FOX = HERE / "data" / "fox"
@@ -39,21 +40,11 @@ def env_for(tree: Path) -> dict:
 
 
 def train_scene(tree: Path, steps: int) -> dict:
-    out = subprocess.run([sys.executable, "-m", "benchmarks.train", "--child", "scan-flat", "--steps", str(steps)],
-                         capture_output=True, text=True, cwd=tree, env=env_for(tree))
-    if out.returncode:
-        raise RuntimeError(f"{tree}: benchmarks.train failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return versus.child(str(tree), ["benchmarks.train", "--child", "scan-flat", "--steps", steps])
 
 
 def ns_train_fox(tree: Path, steps: int, out_dir: Path) -> dict:
-    ns_train = str(Path(sys.executable).with_name("ns-train"))
-    cmd = ["/usr/bin/time", "-f", "MAXRSS %M", ns_train, "jax-gs-mcmc", "--data", str(FOX), "--output-dir", str(out_dir),
-           "--max-num-iterations", str(steps), "--vis", "tensorboard", "--machine.device-type", "cpu",
-           "--viewer.quit-on-train-completion", "True", "--pipeline.model.num-random", "20000",
-           "--pipeline.model.random-scale", "1.0", "--pipeline.model.num-downscales", "0",
-           "--pipeline.model.background-color", "black", "--optimizers.means.scheduler.max-steps", str(steps),
-           "--steps-per-save", str(10 * steps), "nerfstudio-data", "--eval-mode", "interval", "--eval-interval", "8"]
+    cmd = ["/usr/bin/time", "-f", "MAXRSS %M", *startup.command(FOX, out_dir, steps, ["--steps-per-save", 10 * steps])]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tree,
                             env=env_for(tree))

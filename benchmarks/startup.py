@@ -21,12 +21,15 @@ FOX = Path(__file__).resolve().parents[2] / "shared" / "data" / "fox"
 MARK = "[jax-gs] first block"
 
 
-def command(data: Path, out: Path) -> list:
+def command(data: Path, out: Path, steps: int = 1500, extra=()) -> list:
+    """The main job's `ns-train` (scripts/main_job.sh) for `steps` steps, `extra` trainer flags
+    before the dataparser."""
     ns_train = str(Path(sys.executable).with_name("ns-train"))
-    return [ns_train, "jax-gs-mcmc", "--data", str(data), "--output-dir", str(out), "--max-num-iterations", "1500",
+    return [ns_train, "jax-gs-mcmc", "--data", str(data), "--output-dir", str(out), "--max-num-iterations", str(steps),
             "--vis", "tensorboard", "--machine.device-type", "cpu", "--viewer.quit-on-train-completion", "True",
             "--pipeline.model.num-random", "20000", "--pipeline.model.random-scale", "1.0",
             "--pipeline.model.num-downscales", "0", "--pipeline.model.background-color", "black",
+            "--optimizers.means.scheduler.max-steps", str(steps), *map(str, extra),
             "nerfstudio-data", "--eval-mode", "interval", "--eval-interval", "8"]
 
 

@@ -3,6 +3,7 @@ model) whose state lives in JAX. Its means/scales/quats/opacities/shs are torch 
 arrays through DLPack. No math here: rendering and training are `jax_backend`'s."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Dict, List, Literal, Type
 
@@ -133,12 +134,12 @@ class JaxGSModel(SplatfactoModel):
         num_devices = c.num_devices or (1 if jax.default_backend() == "cpu" else len(jax.local_devices()))
         if num_devices > len(jax.local_devices()):
             raise InputError(f"num-devices {num_devices}: this host has {len(jax.local_devices())} JAX device(s)")
-        if not 0 <= c.tile_devices <= len(jax.local_devices()) or (c.tile_devices > 1 and num_devices > 1):
-            raise InputError(f"tile-devices {c.tile_devices}: needs num-devices 1 and at most this host's "
-                             f"{len(jax.local_devices())} JAX device(s)")
         # the capacity grows on the host as density control needs it
-        self.engine = Trainer(cfg, dataset, self.gaussians, scene_scale, log=print, num_devices=num_devices,
-                              views_per_device=c.views_per_device)
+        try:
+            self.engine = Trainer(cfg, dataset, self.gaussians, scene_scale, log=print, num_devices=num_devices,
+                                  views_per_device=c.views_per_device)
+        except ValueError as e:  # the engine checks the device settings (tile-devices against num-devices)
+            raise InputError(f"device settings: {e}") from None
         if self.engine.views_per_step > 1:
             print(f"[jax-gs] data parallel: {num_devices} device(s) x {c.views_per_device} view(s) per step")
         if self.engine.cfg.tile_devices > 1:
@@ -215,9 +216,11 @@ class JaxGSModel(SplatfactoModel):
 
         return sh_degree_at(self._trained_steps, self.config.sh_degree_interval, self.config.sh_degree)
 
+    @functools.cached_property
     def _render_tile_devices(self) -> int:
-        """Devices the viewer's and eval's renders deal their tiles over: the tile-devices setting,
-        automatic by default (every core on a CPU), within this host's devices."""
+        """Devices the viewer's and eval's renders deal their tiles over (decided once, not per
+        frame): the tile-devices setting, automatic by default (every core on a CPU), within this
+        host's devices."""
         import jax
 
         from jax_backend import auto_tile_devices
@@ -243,7 +246,7 @@ class JaxGSModel(SplatfactoModel):
         colors, alpha = render_gaussians(self.gaussians, vm[0], K[0], W, H, sh_degree=self._sh_degree_now(),
                                          background=bg, render_mode="RGB+ED", rasterizer=self.config.rasterizer,
                                          rasterize_mode=self.config.rasterize_mode,
-                                         keep=keep, tile_devices=self._render_tile_devices())
+                                         keep=keep, tile_devices=self._render_tile_devices)
         colors, alpha = np.asarray(colors[:h, :w]), np.asarray(alpha[:h, :w])
         return {
             "rgb": torch.from_numpy(np.clip(colors[..., :3], 0.0, 1.0).copy()),
