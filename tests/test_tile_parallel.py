@@ -101,3 +101,17 @@ def test_use_cpu_cores_gives_one_cpu_device_per_core():
     assert out.returncode == 0, out.stderr
     asked, devices, cores, again = map(int, out.stdout.split())
     assert asked == devices == cores and again == 0  # once the backend runs it changes nothing
+
+
+def test_eager_dealt_render_takes_arrays_committed_to_one_device():
+    """The plugin renders (eval during training, the viewer) from the trainer's state, a copy
+    committed to one device; dealing its tiles over several devices moves it there (the same
+    image as one device)."""
+    from jax_backend import render_gaussians
+
+    _, train, _ = known_scene(views=2)
+    g = jax.device_put(init_random(256, -1, 1, sh_degree=1, capacity=512), jax.local_devices()[0])
+    kw = dict(sh_degree=1, render_mode="RGB")
+    one = render_gaussians(g, train.viewmats[0], train.Ks[0], train.width, train.height, tile_devices=1, **kw)
+    two = render_gaussians(g, train.viewmats[0], train.Ks[0], train.width, train.height, tile_devices=2, **kw)
+    np.testing.assert_array_equal(np.asarray(two[0]), np.asarray(one[0]))
