@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import subprocess
 import tempfile
@@ -35,10 +34,6 @@ FOX = HERE / "data" / "fox"
 PROGRESS = re.compile(r"^\s*(\d+) \(\s*[\d.]+%\)")  # nerfstudio's progress table: "199 (13.27%) ..."
 
 
-def env_for(tree: Path) -> dict:
-    return dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(tree), JAXGS_COMPILATION_CACHE="off")
-
-
 def train_scene(tree: Path, steps: int) -> dict:
     return versus.child(str(tree), ["benchmarks.train", "--child", "scan-flat", "--steps", steps])
 
@@ -47,7 +42,7 @@ def ns_train_fox(tree: Path, steps: int, out_dir: Path) -> dict:
     cmd = ["/usr/bin/time", "-f", "MAXRSS %M", *startup.command(FOX, out_dir, steps, ["--steps-per-save", 10 * steps])]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tree,
-                            env=env_for(tree))
+                            env=versus.tree_env(tree, JAX_PLATFORMS="cpu", JAXGS_COMPILATION_CACHE="off"))
     seen, lines, rss = {}, [], None
     for line in proc.stdout:
         lines.append(line)

@@ -19,9 +19,15 @@ import sys
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def tree_env(tree, **overrides) -> dict:
+    """The environment of a process that runs `tree`'s code: PYTHONPATH puts the tree first (CPU
+    unless JAX_PLATFORMS says otherwise), then `overrides`."""
+    return {**os.environ, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"), "PYTHONPATH": str(tree), **overrides}
+
+
 def child(tree: str, args) -> dict:
-    env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"), PYTHONPATH=tree)
-    out = subprocess.run([sys.executable, "-m", *map(str, args)], capture_output=True, text=True, cwd=tree, env=env)
+    out = subprocess.run([sys.executable, "-m", *map(str, args)], capture_output=True, text=True, cwd=tree,
+                         env=tree_env(tree))
     if out.returncode:
         raise RuntimeError(f"{tree}: {' '.join(map(str, args))} failed:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -226,6 +226,8 @@ class JaxGSModel(SplatfactoModel):
         from jax_backend import auto_tile_devices
 
         n = self.config.tile_devices or auto_tile_devices()
+        # clamped, not refused (training refuses, in the engine): a config written on a machine
+        # with more cores still renders here
         return max(1, min(n, len(jax.local_devices())))
 
     def render(self, camera, background=None) -> Dict[str, torch.Tensor]:
