@@ -143,8 +143,9 @@ def test_train_export_view_resume_eval_on_the_bundled_scene(tmp_path):
               "--pipeline.model.background-color", "black",
               "--pipeline.model.steps-per-block", "50", "--output-dir", tmp_path]
     data = ["nerfstudio-data", "--eval-mode", "interval", "--eval-interval", "8"]
+    # an eval image at step 100: nerfstudio's eval render during training, from the trainer's state
     _run([BIN / "ns-train", "jax-gs", "--data", FOX, "--max-num-iterations", "200", "--timestamp", "a", *common,
-          "--pipeline.model.snapshot-every", "100", *data])
+          "--pipeline.model.snapshot-every", "100", "--steps-per-eval-image", "100", *data])
     run = tmp_path / "fox" / "jax-gs" / "a"
     ckpt = run / "nerfstudio_models" / "step-000000199.ckpt"
     assert ckpt.exists()
