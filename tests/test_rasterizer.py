@@ -172,3 +172,20 @@ def test_one_key_sort_orders_intersections_as_the_two_key_sort():
     huge = 2**32 // n  # (tiles + 1) x n no longer fits in 32 bits: the two-key sort
     t2, ids2 = sort_by_tile_and_depth(tile, owner, depths, huge)
     np.testing.assert_array_equal(np.asarray(ids2)[:used], np.asarray(ids1)[:used])
+
+
+@pytest.mark.parametrize("n", [1, 700, 32768, 70000])
+def test_depth_order_is_the_stable_argsort(n):
+    """The depth order from two one-operand sorts is numpy's stable argsort (ties by id), with
+    exact ties (MCMC copies), -0 and 0, infinities and NaNs; from 2^16 Gaussians on, the argsort."""
+    from jax_backend.rendering.binning import depth_order
+
+    rng = np.random.default_rng(n)
+    d = rng.uniform(0.2, 5.0, n).astype(np.float32)
+    if n > 100:
+        d[rng.integers(0, n, n // 4)] = d[rng.integers(0, n, n // 4)]  # exact ties
+        d[:6] = [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan]
+        d[-3:] = [-1.5, 0.0, np.nan]
+    order = np.asarray(jax.jit(depth_order)(jnp.asarray(d)))
+    expected = np.argsort(np.where(d == 0, 0.0, d), kind="stable")  # numpy: -0 == 0, NaNs last, stable
+    np.testing.assert_array_equal(order, expected)

@@ -65,6 +65,31 @@ def tile_rect(proj: Projected, grid: TileGrid):
     return lo_t, n_xy
 
 
+def sortable_bits(x):
+    """f32 -> u32 whose unsigned order is the order of `jnp.sort` (-0 equal to 0, NaNs last)."""
+    x = jnp.where(x == 0, 0.0, x).astype(jnp.float32)
+    b = jax.lax.bitcast_convert_type(jnp.where(jnp.isnan(x), jnp.nan, x), jnp.uint32)
+    return jnp.where(b >> 31 == 1, ~b, b | jnp.uint32(1 << 31))
+
+
+def depth_order(depths):
+    """[N] int32 Gaussian ids front to back: `jnp.argsort(depths, stable=True)` (ties by id).
+
+    For N < 2^16 without the comparator sort that argsort is (two operands: 7.0 ms for 32,768 on
+    this CPU): sort the depths' bits alone, find each Gaussian's first rank among equal depths, and
+    sort one key, first rank x N + id, whose order is the stable one. Both are one-operand u32
+    sorts, XLA's fast path (1 ms each; 2.7 ms in all with the search). Ties are common: MCMC
+    relocation copies Gaussians exactly.
+    """
+    n = depths.shape[0]
+    if n >= 1 << 16:
+        return jnp.argsort(depths, stable=True).astype(jnp.int32)
+    bits = sortable_bits(depths)
+    first = jnp.searchsorted(jax.lax.sort(bits), bits, side="left", method="scan_unrolled").astype(jnp.uint32)
+    key = jax.lax.sort(first * jnp.uint32(n) + jnp.arange(n, dtype=jnp.uint32))
+    return (key % jnp.uint32(n)).astype(jnp.int32)
+
+
 def sort_by_tile_and_depth(tile, owner, depths, num_tiles: int):
     """Intersections in (tile, depth, Gaussian id) order: the rasterizers' front-to-back lists.
 
@@ -82,7 +107,7 @@ def sort_by_tile_and_depth(tile, owner, depths, num_tiles: int):
     """
     n = depths.shape[0]
     if (num_tiles + 1) * n < 2**32:
-        by_depth = jnp.argsort(depths, stable=True).astype(jnp.int32)  # Gaussian id of each depth rank
+        by_depth = depth_order(depths)
         rank = jnp.zeros((n,), jnp.int32).at[by_depth].set(jnp.arange(n, dtype=jnp.int32))
         key = jax.lax.sort(tile.astype(jnp.uint32) * jnp.uint32(n) + rank[owner].astype(jnp.uint32))
         return (key // jnp.uint32(n)).astype(jnp.int32), by_depth[(key % jnp.uint32(n)).astype(jnp.int32)]
