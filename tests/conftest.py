@@ -24,5 +24,6 @@ def pytest_xdist_auto_num_workers(config):
     marks = (config.option.markexpr or "").replace("not slow", "")
     if "slow" in marks:
         return 0
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(cores, 4))
+    from jax_backend.rendering.tile_parallel import cpu_cores
+
+    return max(1, min(cpu_cores(), 4))
