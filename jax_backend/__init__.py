@@ -31,6 +31,7 @@ _EXPORTS = {
     "count_intersections": "rendering",
     "auto_tile_devices": "rendering.tile_parallel",
     "use_cpu_cores": "rendering.tile_parallel",
+    "replicated": "rendering.tile_parallel",
     "Dataset": "training.data",
     "ViewPlan": "training.data",
     "make_dataset": "training.data",

@@ -67,8 +67,9 @@ def tile_rect(proj: Projected, grid: TileGrid):
 
 def sortable_bits(x):
     """f32 -> u32 whose unsigned order is the order of `jnp.sort` (-0 equal to 0, NaNs last)."""
-    x = jnp.where(x == 0, 0.0, x).astype(jnp.float32)
-    b = jax.lax.bitcast_convert_type(jnp.where(jnp.isnan(x), jnp.nan, x), jnp.uint32)
+    x = x.astype(jnp.float32)
+    x = jnp.where(jnp.isnan(x), jnp.nan, jnp.where(x == 0, 0.0, x))  # one zero and one NaN, as sort compares
+    b = jax.lax.bitcast_convert_type(x, jnp.uint32)
     return jnp.where(b >> 31 == 1, ~b, b | jnp.uint32(1 << 31))
 
 

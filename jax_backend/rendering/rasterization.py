@@ -11,13 +11,12 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec
 
 from .binning import bin_gaussians, next_capacity, tile_rect
 from .composite import CompositeConfig, composite, get_rasterizer
 from .projection import RASTERIZE_MODES, project_gaussians
 from .sh import sh_to_color
-from .tile_parallel import tile_mesh
+from .tile_parallel import replicated
 from .tiles import TileGrid
 
 RENDER_MODES = ("RGB", "D", "ED", "RGB+D", "RGB+ED")
@@ -225,10 +224,8 @@ def rasterization(
                           bool(absgrad), int(tile_devices))
     arrays = (means, quats, scales, opacities, colors, viewmats, Ks, backgrounds, means2d_probe, degree)
     traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(arrays))
-    if not traced and cfg.devices > 1:
-        # called eagerly: the inputs go where the dealt program runs, replicated on its devices
-        # (arrays committed to one device, e.g. a trainer's state, would not be moved by jit)
-        arrays = jax.device_put(arrays, NamedSharding(tile_mesh(cfg.devices), PartitionSpec()))
+    if not traced:  # called eagerly: the inputs go where the dealt program runs (a trainer's state is on one device)
+        arrays = replicated(arrays, cfg.devices)
     key = (n, c, width, height, int(tile_size))
     cap = int(capacity) if capacity is not None else default_capacity(*key)
     while True:

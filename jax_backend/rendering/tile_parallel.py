@@ -69,6 +69,17 @@ def tile_mesh(num_devices: int) -> Mesh:
     return Mesh(np.array(local[:num_devices]), (AXIS,))
 
 
+def replicated(tree, num_devices: int):
+    """`tree`'s arrays placed on this host's first `num_devices` devices, a full copy on each (where
+    a dealt render runs; jit does not move arrays committed to one device). Arrays already placed
+    so are returned as they are, without a copy."""
+    if num_devices <= 1:
+        return tree
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    return jax.device_put(tree, NamedSharding(tile_mesh(num_devices), PartitionSpec()))
+
+
 def deal(workload, num_devices: int):
     """Tile indices [D * per], device d's share as the d-th block: the tiles by falling workload,
     dealt round robin; indices past the last tile (T) mark padding."""
