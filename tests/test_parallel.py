@@ -64,14 +64,16 @@ def test_four_devices_equal_one_device_with_a_batch_of_four(scene):
     par, one, mp, mo, ip, io = _pair(train, strategy)
     for a, b in zip(mp, mo):
         np.testing.assert_array_equal(a["view"], b["view"])  # the same views, step by step
-        np.testing.assert_allclose(a["loss"], b["loss"], rtol=1e-5, atol=1e-7)
+        # the mean over four views is summed in another order (pmean against one batch): after a
+        # split the losses part by rounding, up to 1.6e-5 relative (measured)
+        np.testing.assert_allclose(a["loss"], b["loss"], rtol=3e-5, atol=1e-7)
     assert any(i.n_clone + i.n_split > 0 for i in ip) and any(i.opacity_reset for i in ip)
     assert [(i.n_clone, i.n_split, i.n_pruned) for i in ip] == [(i.n_clone, i.n_split, i.n_pruned) for i in io]
     sp, so = par.state, one.state
     np.testing.assert_array_equal(np.asarray(sp.gaussians.alive), np.asarray(so.gaussians.alive))
     for k in sp.gaussians.params:
         np.testing.assert_allclose(np.asarray(sp.gaussians.params[k]), np.asarray(so.gaussians.params[k]),
-                                   rtol=1e-4, atol=1e-5, err_msg=k)
+                                   rtol=2e-4, atol=1e-5, err_msg=k)  # 1.4e-4 measured (one opacity)
     _replicas_identical(par)
 
 

@@ -154,8 +154,8 @@ def test_bad_inputs_raise_clear_errors():
 
 def test_one_key_sort_orders_intersections_as_the_two_key_sort():
     """The binning's one-key sort (tile x N + depth rank) gives the (tile, depth, id) order of the
-    two-key stable sort it replaces, ties in depth included; scenes too large for 32-bit keys take
-    the two-key sort itself."""
+    two-key stable sort it replaces, ties in depth included; scenes too large for 32-bit keys sort
+    (tile, rank) pairs as 64-bit keys, in the same order."""
     from jax_backend.rendering.binning import sort_by_tile_and_depth
 
     rng = np.random.default_rng(0)
@@ -169,15 +169,15 @@ def test_one_key_sort_orders_intersections_as_the_two_key_sort():
     used = 3500
     np.testing.assert_array_equal(np.asarray(t1), np.asarray(tile)[key])
     np.testing.assert_array_equal(np.asarray(ids1)[:used], np.asarray(owner)[key][:used])
-    huge = 2**32 // n  # (tiles + 1) x n no longer fits in 32 bits: the two-key sort
+    huge = 2**32 // n  # (tiles + 1) x n no longer fits in 32 bits: the 64-bit keys
     t2, ids2 = sort_by_tile_and_depth(tile, owner, depths, huge)
     np.testing.assert_array_equal(np.asarray(ids2)[:used], np.asarray(ids1)[:used])
 
 
 @pytest.mark.parametrize("n", [1, 700, 32768, 70000])
 def test_depth_order_is_the_stable_argsort(n):
-    """The depth order from two one-operand sorts is numpy's stable argsort (ties by id), with
-    exact ties (MCMC copies), -0 and 0, infinities and NaNs; from 2^16 Gaussians on, the argsort."""
+    """The depth order from one sort of (depth bits, id) keys is numpy's stable argsort (ties by
+    id), with exact ties (MCMC copies), -0 and 0, infinities and NaNs."""
     from jax_backend.rendering.binning import depth_order
 
     rng = np.random.default_rng(n)

@@ -83,6 +83,32 @@ def test_training_deals_tiles_on_a_cpu_and_keeps_one_devices_state(tmp_path):
     np.testing.assert_array_equal(m1["loss"], m2["loss"])
 
 
+def test_training_splits_the_gaussians_rows_over_the_tile_devices():
+    """Each tile device keeps and updates its share of the per-Gaussian rows (parameters, Adam's
+    moments, statistics); an odd capacity is padded with dead slots so the rows split evenly, and
+    the run trains as on one device."""
+    _, train, _ = known_scene(views=8)
+    cfg = TrainConfig(max_steps=30, steps_per_block=10, sh_degree=1, sh_degree_interval=10, tile_devices=2,
+                      optim=OptimConfig().with_eps(1e-6))
+    g = init_random(255, -1, 1, sh_degree=1, capacity=511)
+    two = Trainer(cfg, train, g, scene_scale=1.5, log=lambda m: None)
+    one = Trainer(TrainConfig(**{**cfg.__dict__, "tile_devices": 1}), train, g, scene_scale=1.5, log=lambda m: None)
+    assert two.state.gaussians.capacity == 512 and one.state.gaussians.capacity == 511
+    for _ in range(2):
+        m2, _ = two.run_block()
+        m1, _ = one.run_block()
+        np.testing.assert_allclose(m2["loss"], m1["loss"], rtol=1e-4)
+        assert m2["num_alive"] == m1["num_alive"] == 255
+    leaves = jax.tree_util.tree_leaves(two._state)
+    split = [x for x in leaves if x.ndim and x.shape[0] == 512]
+    assert len(split) >= 10  # parameters, alive, Adam's two moments of each parameter, statistics
+    for x in split:
+        assert [s.data.shape[0] for s in x.addressable_shards] == [256, 256]
+    assert two._state.step.sharding.is_fully_replicated
+    np.testing.assert_allclose(np.asarray(two.state.gaussians.params["means"])[:511],
+                               np.asarray(one.state.gaussians.params["means"]), atol=1e-4)
+
+
 def test_tile_devices_with_data_parallelism_stops_with_one_line():
     _, train, _ = known_scene(views=8)
     g = init_random(64, -1, 1, sh_degree=1, capacity=128)

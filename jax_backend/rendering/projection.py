@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 
 ALPHA_MIN = 1.0 / 255.0  # alpha below this is skipped when compositing
@@ -26,24 +27,53 @@ class Projected(NamedTuple):
 RASTERIZE_MODES = ("classic", "antialiased")
 
 
+# Per-Gaussian vectors and small matrices are kept as planes, one [N] array per entry (nested lists
+# for matrices), and multiplied entry by entry. XLA on a CPU fuses these into its loops. As batched
+# dots ([N*3, 3] x [3, 3] and [N, 3, 3] x [N, 3, 3]) each product was a library call of its own, and
+# the projection with its gradient took 3.4x as long (7.6 against 2.3 ms for 32,768 Gaussians, this
+# machine, measured).
+
+
+@jax.custom_vjp
+def columns(x: jnp.ndarray):
+    """[N, k] -> its k columns, planes [N] (as `jnp.unstack(x, axis=-1)`).
+
+    The gradient writes each column's cotangent into the [N, k] result in a loop of its own. The
+    default gradient (pads or a concatenate of the columns' cotangents) was fused by XLA into one
+    loop over [N, k] that evaluated the cotangent expressions of every column for every element,
+    without vectorising: 5.3 of the projection's 7.6 ms (32,768 Gaussians, measured)."""
+    return tuple(jnp.unstack(x, axis=-1))
+
+
+def _columns_fwd(x):
+    return columns(x), None
+
+
+def _columns_bwd(_, cts):
+    out = jnp.zeros((cts[0].shape[0], len(cts)), cts[0].dtype)
+    for j, c in enumerate(cts):
+        out = jax.lax.dynamic_update_slice(out, c[:, None], (0, j))
+    return (out,)
+
+
+columns.defvjp(_columns_fwd, _columns_bwd)
+
+
+def rotmat_planes(quats: jnp.ndarray):
+    """[N,4] wxyz quaternions (any norm) -> the rotation matrix as planes: R[i][j] is [N]."""
+    w, x, y, z = columns(quats)
+    norm = jnp.sqrt(w * w + x * x + y * y + z * z)
+    w, x, y, z = w / norm, x / norm, y / norm, z / norm
+    return [
+        [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
+        [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
+        [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
+    ]
+
+
 def quat_to_rotmat(quats: jnp.ndarray) -> jnp.ndarray:
     """[N,4] wxyz quaternions (any norm) -> [N,3,3] rotation matrices."""
-    q = quats / jnp.linalg.norm(quats, axis=-1, keepdims=True)
-    w, x, y, z = q[..., 0], q[..., 1], q[..., 2], q[..., 3]
-    return jnp.stack(
-        [
-            jnp.stack([1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)], -1),
-            jnp.stack([2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)], -1),
-            jnp.stack([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)], -1),
-        ],
-        -2,
-    )
-
-
-def covariance_3d(quats: jnp.ndarray, scales: jnp.ndarray) -> jnp.ndarray:
-    """Sigma = R S S^T R^T, [N,3,3]."""
-    m = quat_to_rotmat(quats) * scales[..., None, :]
-    return m @ jnp.swapaxes(m, -1, -2)
+    return jnp.stack([jnp.stack(row, -1) for row in rotmat_planes(quats)], -2)
 
 
 def project_gaussians(
@@ -72,8 +102,8 @@ def project_gaussians(
     sqrt(2 ln(255 o) cov_yy). Binning with this box never drops a visible contribution.
     """
     R, t = viewmat[:3, :3], viewmat[:3, 3]
-    p = means @ R.T + t
-    x, y, z = p[:, 0], p[:, 1], p[:, 2]
+    mx, my, mz = columns(means)
+    x, y, z = (mx * R[i, 0] + my * R[i, 1] + mz * R[i, 2] + t[i] for i in range(3))
     in_front = z > near_plane
     zs = jnp.where(in_front, z, 1.0)  # safe value for culled Gaussians (no NaN in gradients)
 
@@ -86,26 +116,27 @@ def project_gaussians(
     lim_y_neg = cy / fy + 0.3 * tan_fovy
     tx = zs * jnp.clip(x / zs, -lim_x_neg, lim_x_pos)
     ty = zs * jnp.clip(y / zs, -lim_y_neg, lim_y_pos)
-    zero = jnp.zeros_like(zs)
-    J = jnp.stack(
-        [
-            jnp.stack([fx / zs, zero, -fx * tx / (zs * zs)], -1),
-            jnp.stack([zero, fy / zs, -fy * ty / (zs * zs)], -1),
-        ],
-        -2,
-    )  # [N,2,3]
-    cov_cam = R @ covariance_3d(quats, scales) @ R.T
-    cov2d = J @ cov_cam @ jnp.swapaxes(J, -1, -2)
-    c00 = cov2d[:, 0, 0] + eps2d
-    c01 = cov2d[:, 0, 1]
-    c11 = cov2d[:, 1, 1] + eps2d
+    # the Jacobian J [2,3] = [[fx/z, 0, -fx tx/z^2], [0, fy/z, -fy ty/z^2]] times the view rotation:
+    # cov2d = J R Sigma R^T J^T = V V^T with V = J R M, M = rotation x scales (Sigma = M M^T)
+    j0 = (fx / zs, -fx * tx / (zs * zs))  # row 0's non-zero entries (columns 0 and 2)
+    j1 = (fy / zs, -fy * ty / (zs * zs))  # row 1's (columns 1 and 2)
+    W = [[j0[0] * R[0, k] + j0[1] * R[2, k] for k in range(3)],
+         [j1[0] * R[1, k] + j1[1] * R[2, k] for k in range(3)]]  # J R, planes [2][3]
+    rot = rotmat_planes(quats)
+    sxyz = columns(scales)
+    M = [[rot[k][j] * sxyz[j] for j in range(3)] for k in range(3)]
+    V = [[W[a][0] * M[0][j] + W[a][1] * M[1][j] + W[a][2] * M[2][j] for j in range(3)] for a in range(2)]
+    cov00, cov01, cov11 = (V[a][0] * V[b][0] + V[a][1] * V[b][1] + V[a][2] * V[b][2] for a, b in ((0, 0), (0, 1), (1, 1)))
+    c00 = cov00 + eps2d
+    c01 = cov01
+    c11 = cov11 + eps2d
     det = c00 * c11 - c01 * c01
     det_ok = det > 0
     dets = jnp.where(det_ok, det, 1.0)
     conics = jnp.stack([c11 / dets, -c01 / dets, c00 / dets], -1)
     means2d = jnp.stack([fx * x / zs + cx, fy * y / zs + cy], -1)
     if rasterize_mode == "antialiased":
-        det_raw = cov2d[:, 0, 0] * cov2d[:, 1, 1] - cov2d[:, 0, 1] * cov2d[:, 0, 1]
+        det_raw = cov00 * cov11 - cov01 * cov01
         ratio = jnp.where(det_ok & (det_raw > 0), det_raw / dets, 1.0)  # safe inside the sqrt
         opacities = jnp.where(det_ok & (det_raw > 0), opacities * jnp.sqrt(ratio), 0.0)
     elif rasterize_mode != "classic":

@@ -16,7 +16,7 @@ from .binning import bin_gaussians, next_capacity, tile_rect
 from .composite import CompositeConfig, composite, get_rasterizer
 from .projection import RASTERIZE_MODES, project_gaussians
 from .sh import sh_to_color
-from .tile_parallel import replicated
+from .tile_parallel import gathered, replicated
 from .tiles import TileGrid
 
 RENDER_MODES = ("RGB", "D", "ED", "RGB+D", "RGB+ED")
@@ -64,6 +64,8 @@ def _render_one(cfg: CompositeConfig, capacity: int, render_mode: str, near_plan
     if use_sh:
         campos = -viewmat[:3, :3].T @ viewmat[:3, 3]
         colors = sh_to_color(colors, means - campos, active_degree=sh_degree)
+    # the binning and every tile need all Gaussians (a training step splits them over the tile devices)
+    proj, colors = gathered((proj, colors), cfg.devices)
     depth = proj.depths[:, None]
     feats = {"RGB": colors, "D": depth, "ED": depth}[render_mode.split("+")[0]]
     if "+" in render_mode:
@@ -73,7 +75,7 @@ def _render_one(cfg: CompositeConfig, capacity: int, render_mode: str, near_plan
         bg = bg.at[: background.shape[0]].set(background)
 
     # binning is discrete: keep autodiff out of it (no tangents through the sort)
-    bins = bin_gaussians(jax.lax.stop_gradient(proj), grid, capacity)
+    bins = gathered(bin_gaussians(jax.lax.stop_gradient(proj), grid, capacity), cfg.devices)
     geom = jnp.concatenate([proj.means2d, proj.conics, proj.opacities[:, None]], -1)  # blend.GEOM_ROWS
     image, alpha = composite(cfg, geom, feats, bg, probe, bins.lists)
     if render_mode.endswith("ED"):

@@ -19,6 +19,7 @@ import optax
 from optax.transforms import MaskedNode
 
 from ..files.checkpoint import CheckpointError
+from ..rendering.tile_parallel import rows_sharding, whole_sharding
 from .gaussians import PARAM_NAMES, Gaussians
 
 
@@ -65,6 +66,38 @@ def gather_rows(tree, src):
 def select_rows(mask, new_tree, old_tree):
     """Per-Gaussian trees merged: rows in `mask` ([capacity] bool) from `new_tree`, others from `old_tree`."""
     return jax.tree_util.tree_map(lambda a, b: jnp.where(_rows(mask, a), a, b), new_tree, old_tree)
+
+
+def per_gaussian_leaves(tx, state: TrainState):
+    """`state` with each leaf replaced by True when it is per-Gaussian (one row per slot), False
+    otherwise (the step, the key, optimizer counts, pose corrections, bilateral grids)."""
+    flag = lambda on: lambda x: x if _is_masked(x) else on  # noqa: E731
+    return TrainState(
+        gaussians=jax.tree_util.tree_map(flag(True), state.gaussians),
+        opt_state=optax.tree_map_params(tx, flag(True), state.opt_state, transform_non_params=flag(False),
+                                        is_leaf=_is_masked),
+        stats=jax.tree_util.tree_map(flag(True), state.stats),
+        step=False,
+        key=False,
+        cameras=jax.tree_util.tree_map(flag(False), state.cameras),
+        bilateral=jax.tree_util.tree_map(flag(False), state.bilateral),
+    )
+
+
+def tile_shardings(tx, state: TrainState, num_devices: int):
+    """Where a tile-parallel block keeps `state` (`rendering.tile_parallel`): per-Gaussian arrays
+    split by rows over the `num_devices` tile devices, everything else whole on each. When the
+    capacity does not divide evenly, everything whole (`Trainer` keeps it divisible)."""
+    split = state.gaussians.capacity % num_devices == 0
+    rows, whole = rows_sharding(num_devices), whole_sharding(num_devices)
+    return jax.tree_util.tree_map(lambda on: rows if on and split else whole, per_gaussian_leaves(tx, state))
+
+
+def on_tile_devices(tx, state: TrainState, num_devices: int) -> TrainState:
+    """Inside a block program: `state` laid out as `tile_shardings` says (no-op on one device)."""
+    if num_devices <= 1:
+        return state
+    return jax.lax.with_sharding_constraint(state, tile_shardings(tx, state, num_devices))
 
 
 def grow_capacity(tx, state: TrainState, new_capacity: int) -> TrainState:

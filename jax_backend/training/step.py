@@ -19,7 +19,7 @@ from .cameras import CameraOptConfig, CameraState, camera_optimizer, camera_pena
 from .loss import photometric_loss, psnr, scale_regularization
 from .optim import OptimConfig
 from .schedule import sh_degree_at
-from .state import TrainState
+from .state import TrainState, on_tile_devices
 from .strategy import DefaultStrategy, RefineInfo, Strategy
 
 
@@ -168,7 +168,8 @@ def train_step(cfg: TrainConfig, tx, means_lr, isect_capacity: int, downscale: i
         "num_intersections": meta["num_intersections"],
         "overflow": meta["overflow"],
     }
-    return TrainState(gaussians, opt_state, stats, state.step + 1, key, cameras, bilateral), metrics
+    new = TrainState(gaussians, opt_state, stats, state.step + 1, key, cameras, bilateral)
+    return on_tile_devices(tx, new, cfg.tile_devices), metrics
 
 
 def refine_state(cfg: TrainConfig, tx, scene_scale: float, state: TrainState, step_before):
@@ -184,12 +185,13 @@ def train_block(cfg: TrainConfig, tx, means_lr, scene_scale: float, isect_capaci
     arrays [num_steps, views_per_replica]. Under pmap every replica holds the same state and
     statistics, so the density control below runs on each and agrees, with no host round trip."""
     step_before = state.step
+    state = on_tile_devices(tx, state, cfg.tile_devices)  # per-Gaussian rows split over the tile devices
     state, metrics = jax.lax.scan(partial(train_step, cfg, tx, means_lr, isect_capacity, downscale, plan, data),
                                   state, None, length=num_steps)
     # no run ends on a refinement: nothing is densified, pruned or reset after the last step
     state, info = jax.lax.cond(state.step < cfg.max_steps, partial(refine_state, cfg, tx, scene_scale),
                                lambda st, _: (st, RefineInfo.none()), state, step_before)
-    return state, metrics, info
+    return on_tile_devices(tx, state, cfg.tile_devices), metrics, info
 
 
 def init_state(cfg: TrainConfig, tx, gaussians: Gaussians, num_views: int = 0) -> TrainState:

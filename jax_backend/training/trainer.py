@@ -9,10 +9,9 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec
 
 from ..rendering import count_intersections, next_capacity, next_pow2
-from ..rendering.tile_parallel import auto_tile_devices, tile_mesh
+from ..rendering.tile_parallel import auto_tile_devices, replicated
 from .cameras import corrected_viewmats
 from .data import Dataset, ViewPlan, downscaled_cameras, replicate
 from .gaussians import Gaussians, activated, render_gaussians
@@ -20,7 +19,7 @@ from .loss import psnr
 from .optim import make_optimizer, means_schedule
 from .schedule import sh_degree_at
 from ..files.checkpoint import read_checkpoint, save_checkpoint
-from .state import TrainState, capacity_of, from_named_arrays, grow_capacity, named_arrays
+from .state import TrainState, capacity_of, from_named_arrays, grow_capacity, named_arrays, tile_shardings
 from .step import TrainConfig, init_state, refine_state, train_block
 from .strategy import RefineInfo
 
@@ -83,13 +82,14 @@ class Trainer:
             raise ValueError(f"tile_devices {tile_devices} deals one view's tiles over several devices: it needs "
                              f"num_devices 1 and one process (data parallelism takes the devices)")
         cfg = dataclasses.replace(cfg, tile_devices=tile_devices)
-        # tile parallel: the state and the data replicated on the devices the tiles are dealt to
-        self._placement = NamedSharding(tile_mesh(tile_devices), PartitionSpec()) if tile_devices > 1 else None
+        self._tile_devices = tile_devices
         self.plan = ViewPlan(data.num_views, int(views_per_device), num_devices, "devices" if self.parallel else None,
                              lane_offset=jax.process_index() * num_devices * int(views_per_device), seed=cfg.seed)
         self.plan.table()  # enough views for the lanes
         self.cfg, self.data, self.scene_scale, self.log = cfg, data, float(scene_scale), log
-        self._device_data = replicate(data, self.devices) if self.parallel else self._placed(data)
+        # tile parallel: the dataset whole on each of the devices the tiles are dealt to
+        self._device_data = (replicate(data, self.devices) if self.parallel
+                             else replicated(data, tile_devices))
         self.tx = make_optimizer(cfg.optim, self.scene_scale, cfg.max_steps)
         self.means_lr = means_schedule(cfg.optim, self.scene_scale, cfg.max_steps)
         if (cfg.camera_opt.enabled or cfg.bilateral.enabled) and jax.process_count() > 1:
@@ -104,20 +104,24 @@ class Trainer:
     # -- the state
     @property
     def state(self) -> TrainState:
-        """The training state (one replica's copy when data parallel: they are identical)."""
+        """The training state on one device (one replica's copy when data parallel: they are
+        identical; tile parallel: the rows gathered from the tile devices)."""
         if self.parallel:  # the first local device's shard: a plain single-device array
             return jax.tree_util.tree_map(lambda x: x.addressable_shards[0].data[0], self._state)
-        if self._placement is not None:  # replicated: the first device's copy
-            return jax.tree_util.tree_map(lambda x: x.addressable_shards[0].data, self._state)
+        if self._tile_devices > 1:
+            return jax.device_put(self._state, jax.local_devices()[0])
         return self._state
 
     @state.setter
     def state(self, value: TrainState):
-        self._state = replicate(value, self.devices) if self.parallel else self._placed(value)
-
-    def _placed(self, tree):
-        """`tree` where the block program runs: replicated on the tile devices (one device: as is)."""
-        return tree if self._placement is None else jax.device_put(tree, self._placement)
+        if self.parallel:
+            self._state = replicate(value, self.devices)
+        elif self._tile_devices > 1:  # per-Gaussian rows split evenly over the tile devices
+            n = self._tile_devices
+            value = grow_capacity(self.tx, value, -(-value.gaussians.capacity // n) * n)
+            self._state = jax.device_put(value, tile_shardings(self.tx, value, n))
+        else:
+            self._state = value
 
     @property
     def step(self) -> int:
@@ -250,7 +254,8 @@ class Trainer:
         self._check_finite(state, metrics, first)  # raises, keeping the state from before the block
         self._state = state
         info = self._refine_again_with_room(info, num_steps)
-        metrics["num_alive"] = int(jnp.sum(self.state.gaussians.alive))
+        alive = self.state.gaussians.alive if self.parallel else self._state.gaussians.alive  # (no gather)
+        metrics["num_alive"] = int(jnp.sum(alive))
         self._log_budget(info)
         self._grow_buffer_ahead(metrics)
         return metrics, info

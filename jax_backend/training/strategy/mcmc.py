@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ...rendering import quat_to_rotmat
+from ...rendering.projection import rotmat_planes
 from ..gaussians import Gaussians
 from ..schedule import crossed
 from ..state import TrainState, gather_rows, zero_moments
@@ -81,12 +81,15 @@ class MCMCStrategy:
         """Noise on positions, shaped by each Gaussian's covariance, strongest for transparent ones."""
         p = dict(g.params)
         o = jax.nn.sigmoid(p["opacities"])
-        R = quat_to_rotmat(p["quats"])
-        s = jnp.exp(p["scales"])
-        cov = jnp.einsum("nij,nj,nkj->nik", R, s * s, R)
         gate = jax.nn.sigmoid(100.0 * ((1.0 - o) - 0.995))
         noise = jax.random.normal(key, p["means"].shape) * (gate * means_lr * self.noise_lr)[:, None]
-        p["means"] = p["means"] + jnp.where(g.alive[:, None], jnp.einsum("nij,nj->ni", cov, noise), 0.0)
+        # cov @ noise with cov = R diag(s^2) R^T, entry by entry (`rendering.projection`'s planes)
+        R = rotmat_planes(p["quats"])
+        s2 = jnp.unstack(jnp.exp(2.0 * p["scales"]), axis=-1)
+        e = jnp.unstack(noise, axis=-1)
+        u = [s2[j] * (R[0][j] * e[0] + R[1][j] * e[1] + R[2][j] * e[2]) for j in range(3)]  # diag(s^2) R^T noise
+        step = jnp.stack([R[i][0] * u[0] + R[i][1] * u[1] + R[i][2] * u[2] for i in range(3)], -1)
+        p["means"] = p["means"] + jnp.where(g.alive[:, None], step, 0.0)
         return Gaussians(p, g.alive)
 
     def refine(self, key, state: TrainState, tx, step_before, scene_scale: float):
