@@ -153,10 +153,10 @@ class JaxGSModel(SplatfactoModel):
 
     def _sync_from_engine(self):
         if self.engine is not None:
-            self.gaussians = self.engine.state.gaussians
+            self.gaussians = self.engine.gaussians
             self._trained_steps = self.engine.step
             self._view_cache = None
-            cameras = self.engine.state.cameras
+            cameras = self.engine.cameras
             if cameras is not None and hasattr(self, "camera_optimizer"):
                 with torch.no_grad():
                     self.camera_optimizer.pose_adjustment.copy_(torch.from_numpy(np.array(cameras.deltas)))

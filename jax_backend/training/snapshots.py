@@ -41,7 +41,7 @@ class Snapshots:
         else:
             camera = self.camera
         preview, _ = trainer.render(*camera, background=self.background, render_mode="RGB")
-        g = trainer.state.gaussians
+        g = trainer.gaussians
         self.writer.submit(_write_snapshot, self.out_dir, trainer.step, g.params, g.alive, preview)
 
     def close(self):

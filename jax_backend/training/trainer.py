@@ -102,15 +102,35 @@ class Trainer:
         self._budget_bound = False
 
     # -- the state
+    def _one_device(self, part):
+        """A part of the device state (`self._state.gaussians`, ...) as arrays on one device: one
+        replica's copy when data parallel (they are identical), the rows gathered when tile
+        parallel. Reading a part gathers only that part."""
+        if self.parallel:  # the first local device's shard: a plain single-device array
+            return jax.tree_util.tree_map(lambda x: x.addressable_shards[0].data[0], part)
+        if self._tile_devices > 1:
+            return jax.device_put(part, jax.local_devices()[0])
+        return part
+
     @property
     def state(self) -> TrainState:
-        """The training state on one device (one replica's copy when data parallel: they are
-        identical; tile parallel: the rows gathered from the tile devices)."""
-        if self.parallel:  # the first local device's shard: a plain single-device array
-            return jax.tree_util.tree_map(lambda x: x.addressable_shards[0].data[0], self._state)
-        if self._tile_devices > 1:
-            return jax.device_put(self._state, jax.local_devices()[0])
-        return self._state
+        """The whole training state on one device (`_one_device`)."""
+        return self._one_device(self._state)
+
+    @property
+    def gaussians(self) -> Gaussians:
+        """The Gaussians on one device, without the optimizer state and statistics."""
+        return self._one_device(self._state.gaussians)
+
+    @property
+    def cameras(self):
+        """The pose corrections on one device (None when not optimised)."""
+        return self._one_device(self._state.cameras)
+
+    @property
+    def capacity(self) -> int:
+        """Gaussian slots (a shape: nothing is read from the devices)."""
+        return self._state.gaussians.alive.shape[-1]
 
     @state.setter
     def state(self, value: TrainState):
@@ -141,7 +161,7 @@ class Trainer:
 
     def grow_capacity(self, new_capacity: int):
         """Pad every per-Gaussian array to `new_capacity` slots (no-op when not larger)."""
-        old = self.state.gaussians.capacity
+        old = self.capacity
         if new_capacity <= old:
             return
         self.state = grow_capacity(self.tx, self.state, new_capacity)
@@ -152,7 +172,7 @@ class Trainer:
         """An intersection buffer for the next block: twice what the most demanding training view
         needs now, at the resolution the block trains at (room for the Gaussians to grow, so the
         block rarely has to run again with a larger one)."""
-        g = self.state.gaussians
+        g = self.gaussians
         means, quats, scales, opacities, _ = activated(g.params, g.alive)
         Ks, width, height = downscaled_cameras(self.data.Ks, self.data.width, self.data.height,
                                                self.cfg.downscale_at(self.step))
@@ -219,7 +239,7 @@ class Trainer:
 
     def _refine_again_with_room(self, info: RefineInfo, num_steps: int) -> RefineInfo:
         """Density control wanted more slots than there are: grow them, refine the same steps again."""
-        if info.slots_needed <= self.state.gaussians.capacity:
+        if info.slots_needed <= self.capacity:
             return info
         self.grow_capacity(next_pow2(info.slots_needed))
         self.state, info = self._refine_fn()(self.state, self.step - num_steps)
@@ -254,8 +274,7 @@ class Trainer:
         self._check_finite(state, metrics, first)  # raises, keeping the state from before the block
         self._state = state
         info = self._refine_again_with_room(info, num_steps)
-        alive = self.state.gaussians.alive if self.parallel else self._state.gaussians.alive  # (no gather)
-        metrics["num_alive"] = int(jnp.sum(alive))
+        metrics["num_alive"] = int(jnp.sum(self._one_device(self._state.gaussians.alive)))
         self._log_budget(info)
         self._grow_buffer_ahead(metrics)
         return metrics, info
@@ -284,7 +303,7 @@ class Trainer:
 
     def save(self, path, meta: Optional[dict] = None):
         """One .npz with the whole state (atomic). Returns its path."""
-        info = {"capacity": self.state.gaussians.capacity, "isect_capacity": self.isect_capacity, "step": self.step}
+        info = {"capacity": self.capacity, "isect_capacity": self.isect_capacity, "step": self.step}
         return save_checkpoint(path, self.state_arrays(), dict(meta or {}, trainer=info))
 
     def restore(self, path) -> dict:
@@ -300,12 +319,12 @@ class Trainer:
         cam = self.cfg.camera_opt
         if not cam.enabled:
             return self.data.viewmats
-        return corrected_viewmats(self.data.viewmats, self.state.cameras.deltas, cam.mode)
+        return corrected_viewmats(self.data.viewmats, self.cameras.deltas, cam.mode)
 
     # -- looking at the state
     def render(self, viewmat, K, width: int, height: int, background=None, render_mode: str = "RGB+ED"):
         """Render the current Gaussians from one camera at the current SH degree (`render_gaussians`)."""
-        return render_gaussians(self.state.gaussians, viewmat, K, width, height, sh_degree=self.sh_degree,
+        return render_gaussians(self.gaussians, viewmat, K, width, height, sh_degree=self.sh_degree,
                                 background=background, render_mode=render_mode, rasterizer=self.cfg.rasterizer,
                                 rasterize_mode=self.cfg.rasterize_mode)
 
