@@ -189,3 +189,49 @@ def test_depth_order_is_the_stable_argsort(n):
     order = np.asarray(jax.jit(depth_order)(jnp.asarray(d)))
     expected = np.argsort(np.where(d == 0, 0.0, d), kind="stable")  # numpy: -0 == 0, NaNs last, stable
     np.testing.assert_array_equal(order, expected)
+
+
+def test_binning_on_the_smallest_buffer_tier_gives_every_tiles_list():
+    """The binning sorts in the smallest of its buffer sizes that holds a view's intersections
+    (`buffer_tiers`): each tile's list is every Gaussian whose box touches it, front to back (ties
+    by id), checked against lists built in numpy from the boxes, whichever tier a view lands in;
+    an overflowing view says so."""
+    from jax_backend.rendering.binning import bin_gaussians, buffer_tiers, tile_rect
+    from jax_backend.rendering.projection import project_gaussians
+    from jax_backend.rendering.tiles import TileGrid
+
+    capacity = 1 << 17
+    assert buffer_tiers(capacity) == [1 << 14, 1 << 15, 1 << 16, capacity]
+    assert buffer_tiers(1 << 12) == [1 << 12] and buffer_tiers(3 * (1 << 14)) == [3 << 13, 3 << 14]
+    w, h = 160, 128
+    grid = TileGrid(w, h, 16)
+    vms, Ks = cameras(w, h, n=1)
+    binned = jax.jit(lambda p: bin_gaussians(p, grid, capacity))
+    seen = set()
+    for n, size in [(300, 0.05), (3000, 0.15), (3000, 0.2), (3000, 0.3), (6000, 0.4)]:
+        rng = np.random.default_rng(n)
+        means = jnp.asarray(rng.normal(size=(n, 3)), jnp.float32)
+        scales = jnp.asarray(np.exp(rng.normal(size=(n, 3)) * 0.5) * size, jnp.float32)
+        quats = jnp.asarray(rng.normal(size=(n, 4)), jnp.float32)
+        opac = jnp.asarray(rng.uniform(0.05, 1, n), jnp.float32)
+        depths_tied = np.round(rng.uniform(0, 1, n), 2)  # exact ties: the id decides
+        proj = project_gaussians(means, quats, scales, opac, jnp.asarray(vms[0], jnp.float32),
+                                 jnp.asarray(Ks[0], jnp.float32), w, h)
+        proj = proj._replace(depths=jnp.asarray(np.where(np.asarray(proj.valid), 2 + depths_tied, proj.depths),
+                                                jnp.float32))
+        bins = binned(proj)
+        total = int(bins.num_intersections)
+        seen.add(next((s for s in buffer_tiers(capacity) if s >= total), "overflow"))
+        assert bool(bins.overflow) == (total > capacity)
+        if total > capacity:
+            continue
+        lo, nxy = (np.asarray(a) for a in tile_rect(proj, grid))
+        depth = np.asarray(proj.depths)
+        ids, start, end = (np.asarray(a) for a in (bins.gaussian_ids, bins.tile_start, bins.tile_end))
+        assert end[-1] == total
+        for t in range(grid.num_tiles):
+            tx, ty = t % grid.tiles_x, t // grid.tiles_x
+            hit = np.flatnonzero((lo[:, 0] <= tx) & (tx < lo[:, 0] + nxy[:, 0]) & (lo[:, 1] <= ty) & (ty < lo[:, 1] + nxy[:, 1]))
+            expected = hit[np.lexsort((hit, depth[hit]))]
+            np.testing.assert_array_equal(ids[start[t]:end[t]], expected, err_msg=f"tile {t}, {total} intersections")
+    assert len(seen) == 5, seen  # every tier and an overflow were exercised

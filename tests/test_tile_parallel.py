@@ -1,7 +1,8 @@
-"""One view's tiles dealt over several devices (`rendering.tile_parallel`): the same images bit
-for bit and the same gradients up to summation order as one device, for both rasterizers, with
-a device count that does not divide the tiles; training picks it on a CPU and keeps its state
-and checkpoints as on one device."""
+"""One view's tiles dealt over several devices (`rendering.tile_parallel`): the same rendered
+images bit for bit (under differentiation, within the projection's rounding) and the same
+gradients up to summation order as one device, for both rasterizers, with a device count that
+does not divide the tiles; training picks it on a CPU and keeps its state and checkpoints as on
+one device."""
 import os
 import subprocess
 import sys
@@ -47,11 +48,25 @@ def test_dealt_tiles_render_and_differentiate_as_one_device(rasterizer):
         assert not bool(np.any(meta["overflow"]))
         return np.asarray(img), np.asarray(alpha), [np.asarray(g) for g in grads]
 
+    def render(devices):
+        img, alpha, _ = jax.jit(lambda *a: rasterization(*a, vms, Ks, w, h, rasterizer=rasterizer, capacity=1 << 12,
+                                                         render_mode="RGB+ED", tile_devices=devices))(*args)
+        return np.asarray(img), np.asarray(alpha)
+
     img1, alpha1, grads1 = run(1)
+    shown1 = render(1)
     for devices in (2, 3):
+        for a, b in zip(render(devices), shown1):  # a render (eval, viewer): bit for bit
+            np.testing.assert_array_equal(a, b)
         img, alpha, grads = run(devices)
-        np.testing.assert_array_equal(img, img1)
-        np.testing.assert_array_equal(alpha, alpha1)
+        # under differentiation the gradient leaves the dealt backward split by rows (a training
+        # step's layout, `tile_parallel.gathered`), and XLA runs the projection on each device's
+        # rows too: its conics round differently by ~1e-6 relative, which the hard scene's huge
+        # splats amplify, and a few pixels cross alpha thresholds (measured: 6.3e-4 in colour,
+        # 1.5e-4 in alpha, 3.1e-6 on average over the image)
+        np.testing.assert_allclose(img, img1, atol=2e-3)
+        np.testing.assert_allclose(alpha, alpha1, atol=5e-4)
+        assert np.abs(img - img1).mean() < 2e-5
         # the per-Gaussian sums are added in another tile order: the hard scene's huge splats sum
         # conic gradients that cancel, and one device walking the tiles in the dealt order differs
         # from the row-major order by the same 3e-4 of the largest entry (measured) as 2 or 3 devices

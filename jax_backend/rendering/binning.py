@@ -1,8 +1,9 @@
 """Tile binning with static shapes: every (Gaussian, tile) intersection in a fixed-capacity buffer.
 
-counts per Gaussian -> cumsum -> owner of each buffer slot -> (tile, depth) two-key sort ->
-per-tile ranges by searchsorted. Nothing is capped per tile or per Gaussian; when the buffer is
-too small `overflow` says so (the eager entry point then grows it and renders again).
+counts per Gaussian -> cumsum -> owner of each buffer slot -> (tile, depth) sort -> per-tile
+ranges by searchsorted, on the smallest of a few buffer sizes that holds the view's
+intersections. Nothing is capped per tile or per Gaussian; when the buffer is too small
+`overflow` says so (the eager entry point then grows it and renders again).
 """
 from __future__ import annotations
 
@@ -130,6 +131,34 @@ def sort_by_tile_and_depth(tile, owner, depths, num_tiles: int):
     return tile_sorted.astype(jnp.int32), by_depth[rank_sorted.astype(jnp.int32)]
 
 
+def buffer_tiers(capacity: int) -> list:
+    """The buffer sizes a binning picks from at run time: `capacity` and its halves down to
+    MIN_CAPACITY (at most five)."""
+    sizes = [capacity]
+    while len(sizes) < 5 and sizes[-1] // 2 >= MIN_CAPACITY and sizes[-1] % 2 == 0:
+        sizes.append(sizes[-1] // 2)
+    return sizes[::-1]
+
+
+def _sorted_lists(size: int, lo_t, n_xy, counts, starts, total, depths, grid: TileGrid):
+    """The intersections in a buffer of `size` slots, sorted: (Gaussian ids [size], tile bounds [T+1])."""
+    n = counts.shape[0]
+    # Owner of slot k: the Gaussian whose [start, end) holds k. Scatter each non-empty Gaussian's
+    # id at its start, then a running max fills the slots in between: O(N + M), no search.
+    slot = jnp.arange(size, dtype=jnp.int32)
+    ids = jnp.arange(n, dtype=jnp.int32)
+    marks = jnp.zeros((size,), jnp.int32).at[jnp.where(counts > 0, starts, size)].max(ids, mode="drop")
+    owner = jax.lax.cummax(marks, axis=0)
+    local = slot - starts[owner]
+    w = jnp.maximum(n_xy[owner, 0], 1)
+    tx = lo_t[owner, 0] + local % w
+    ty = lo_t[owner, 1] + local // w
+    in_use = slot < total
+    tile = jnp.where(in_use, ty * grid.tiles_x + tx, grid.num_tiles).astype(jnp.int32)
+    tile_sorted, ids_sorted = sort_by_tile_and_depth(tile, owner, depths, grid.num_tiles)
+    return ids_sorted, jnp.searchsorted(tile_sorted, jnp.arange(grid.num_tiles + 1, dtype=jnp.int32), side="left")
+
+
 def bin_gaussians(proj: Projected, grid: TileGrid, capacity: int) -> Bins:
     """Every (Gaussian, tile) intersection, sorted by tile then depth.
 
@@ -141,28 +170,27 @@ def bin_gaussians(proj: Projected, grid: TileGrid, capacity: int) -> Bins:
     Returns:
       `Bins`: sorted Gaussian ids [capacity], each tile's [start, end) range [T], tiles per
       Gaussian [N], the number of intersections needed and whether it exceeded `capacity`.
+
+    The buffer is sized for the most demanding view with room to grow, and a view often needs a
+    fraction of it: the owner search and the sort (the binning's cost) run on the smallest of
+    `buffer_tiers(capacity)` that holds this view's intersections (`lax.switch`), and the slots
+    past it are left empty (id 0, in no tile's range). The lists are those of the full buffer.
     """
     lo_t, n_xy = tile_rect(proj, grid)
     counts = n_xy[:, 0] * n_xy[:, 1]
     ends = jnp.cumsum(counts)
     starts = ends - counts
     total = ends[-1]
-    n = counts.shape[0]
 
-    # Owner of slot k: the Gaussian whose [start, end) holds k. Scatter each non-empty Gaussian's
-    # id at its start, then a running max fills the slots in between: O(N + M), no search.
-    slot = jnp.arange(capacity, dtype=jnp.int32)
-    ids = jnp.arange(n, dtype=jnp.int32)
-    marks = jnp.zeros((capacity,), jnp.int32).at[jnp.where(counts > 0, starts, capacity)].max(ids, mode="drop")
-    owner = jax.lax.cummax(marks, axis=0)
-    local = slot - starts[owner]
-    w = jnp.maximum(n_xy[owner, 0], 1)
-    tx = lo_t[owner, 0] + local % w
-    ty = lo_t[owner, 1] + local // w
-    in_use = slot < total
-    tile = jnp.where(in_use, ty * grid.tiles_x + tx, grid.num_tiles).astype(jnp.int32)
-    tile_sorted, ids_sorted = sort_by_tile_and_depth(tile, owner, proj.depths, grid.num_tiles)
-    bounds = jnp.searchsorted(tile_sorted, jnp.arange(grid.num_tiles + 1, dtype=jnp.int32), side="left")
+    def at(size):
+        def run():
+            ids, bounds = _sorted_lists(size, lo_t, n_xy, counts, starts, total, proj.depths, grid)
+            return jnp.pad(ids, (0, capacity - size)), bounds
+        return run
+
+    sizes = buffer_tiers(capacity)
+    tier = jnp.minimum(jnp.searchsorted(jnp.array(sizes, jnp.int32), total, side="left"), len(sizes) - 1)
+    ids_sorted, bounds = jax.lax.switch(tier, [at(size) for size in sizes]) if len(sizes) > 1 else at(capacity)()
     return Bins(
         gaussian_ids=ids_sorted,
         tile_start=bounds[:-1].astype(jnp.int32),

@@ -64,7 +64,10 @@ def _render_one(cfg: CompositeConfig, capacity: int, render_mode: str, near_plan
     if use_sh:
         campos = -viewmat[:3, :3].T @ viewmat[:3, 3]
         colors = sh_to_color(colors, means - campos, active_degree=sh_degree)
-    # the binning and every tile need all Gaussians (a training step splits them over the tile devices)
+    # the binning and every tile need all Gaussians (a training step splits them over the tile devices).
+    # The boxes are never differentiated: kept out of the gradient, whose zeros would otherwise meet
+    # the box's infinite slopes (0 * inf) in the projection's backward
+    proj = proj._replace(extents=jax.lax.stop_gradient(proj.extents))
     proj, colors = gathered((proj, colors), cfg.devices)
     depth = proj.depths[:, None]
     feats = {"RGB": colors, "D": depth, "ED": depth}[render_mode.split("+")[0]]

@@ -9,7 +9,8 @@ the devices. Padding tiles (when D does not divide the tile count) have empty li
 
 In a training step the per-Gaussian arrays (parameters, optimizer moments, statistics) are split
 by rows over the same devices (`rows_sharding`): each device projects, shades and updates its own
-share, and the projected Gaussians are gathered (`gathered`) before binning, which needs them all.
+share, and the projected Gaussians are gathered (`gathered`) before binning, which needs them all;
+the backward's per-Gaussian sums leave as a reduce-scatter, each device getting its rows' sums.
 Without the split every device did the whole per-Gaussian work of the step again.
 
 Why on a CPU: XLA runs one device's program on about one core (its own intra-op threading gains
@@ -19,6 +20,7 @@ devices (`jax_num_cpu_devices`) run side by side.
 from __future__ import annotations
 
 import os
+from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -95,10 +97,36 @@ def whole_sharding(num_devices: int) -> NamedSharding:
 
 def gathered(tree, num_devices: int):
     """Inside a program: `tree` whole on every tile device (arrays split by rows are gathered; no-op
-    on one device)."""
+    on one device). Its gradient leaves split by rows again (`split_by_rows`): what a training step
+    needs for its split parameters, and no all-reduce of the whole cotangent. A custom gradient
+    passes zeros where a leaf gets none: leaves never differentiated go in under `stop_gradient`."""
     if num_devices <= 1:
         return tree
+    return _gathered(tree, num_devices)
+
+
+def split_by_rows(x, num_devices: int):
+    """Inside a program: x split by its leading axis over the tile devices, where that axis
+    divides evenly (else as it is)."""
+    if x.ndim == 0 or x.shape[0] % num_devices or not jnp.issubdtype(x.dtype, jnp.inexact):
+        return x
+    return jax.lax.with_sharding_constraint(x, rows_sharding(num_devices))
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _gathered(tree, num_devices):
     return jax.lax.with_sharding_constraint(tree, whole_sharding(num_devices))
+
+
+def _gathered_fwd(tree, num_devices):
+    return _gathered(tree, num_devices), None
+
+
+def _gathered_bwd(num_devices, _, cot):
+    return (jax.tree_util.tree_map(lambda c: split_by_rows(c, num_devices), cot),)
+
+
+_gathered.defvjp(_gathered_fwd, _gathered_bwd)
 
 
 def deal(workload, num_devices: int):
@@ -149,9 +177,15 @@ def dealt_backward(backward, cfg, geom, feats, ids, tiles: Tiles, cot: PixelCota
     mine_cot = jax.tree_util.tree_map(lambda x: _take(x, idx, _tile_axis(x)), cot)
     mine_b0 = _take(behind0, idx, 1)
 
+    # the sums leave split by rows (a reduce-scatter) where the Gaussians divide evenly: a training
+    # step's parameters are split so (`gathered`), and it moves half the data of an all-reduce
+    by_rows = geom.shape[1] % num_devices == 0
+
     def walk(g, f, i, tl, c, b0):
-        return jax.tree_util.tree_map(lambda x: jax.lax.psum(x, AXIS), backward(cfg, g, f, i, tl, c, b0))
+        total = partial(jax.lax.psum_scatter, axis_name=AXIS, scatter_dimension=0, tiled=True) if by_rows else \
+            partial(jax.lax.psum, axis_name=AXIS)
+        return jax.tree_util.tree_map(total, backward(cfg, g, f, i, tl, c, b0))
 
     cot_spec = PixelCotangents(last=P(AXIS), T_final=P(AXIS), dC=P(None, AXIS), dA=P(AXIS))
     return jax.shard_map(walk, mesh=tile_mesh(num_devices), in_specs=(P(), P(), P(), P(AXIS), cot_spec, P(None, AXIS)),
-                         out_specs=P(), check_vma=False)(geom, feats, ids, mine, mine_cot, mine_b0)
+                         out_specs=P(AXIS) if by_rows else P(), check_vma=False)(geom, feats, ids, mine, mine_cot, mine_b0)
