@@ -7,12 +7,14 @@ intersections. Nothing is capped per tile or per Gaussian; when the buffer is to
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from .projection import Projected
+from .tiles import TileGrid, TileLists
 
 MIN_CAPACITY = 1 << 14  # smallest intersection buffer
 
@@ -25,7 +27,6 @@ def next_pow2(n: int) -> int:
 def next_capacity(needed: int) -> int:
     """Power-of-two intersection buffer holding `needed` (few distinct shapes, rare recompiles)."""
     return max(MIN_CAPACITY, next_pow2(needed))
-from .tiles import TileGrid, TileLists
 
 
 class Bins(NamedTuple):
@@ -183,14 +184,12 @@ def bin_gaussians(proj: Projected, grid: TileGrid, capacity: int) -> Bins:
     total = ends[-1]
 
     def at(size):
-        def run():
-            ids, bounds = _sorted_lists(size, lo_t, n_xy, counts, starts, total, proj.depths, grid)
-            return jnp.pad(ids, (0, capacity - size)), bounds
-        return run
+        ids, bounds = _sorted_lists(size, lo_t, n_xy, counts, starts, total, proj.depths, grid)
+        return jnp.pad(ids, (0, capacity - size)), bounds
 
     sizes = buffer_tiers(capacity)
-    tier = jnp.minimum(jnp.searchsorted(jnp.array(sizes, jnp.int32), total, side="left"), len(sizes) - 1)
-    ids_sorted, bounds = jax.lax.switch(tier, [at(size) for size in sizes]) if len(sizes) > 1 else at(capacity)()
+    tier = jnp.searchsorted(jnp.array(sizes, jnp.int32), total, side="left")  # switch clamps: overflow -> all
+    ids_sorted, bounds = jax.lax.switch(tier, [partial(at, size) for size in sizes])
     return Bins(
         gaussian_ids=ids_sorted,
         tile_start=bounds[:-1].astype(jnp.int32),

@@ -105,10 +105,16 @@ def gathered(tree, num_devices: int):
     return _gathered(tree, num_devices)
 
 
+def splits_evenly(rows: int, num_devices: int) -> bool:
+    """Whether `rows` per-Gaussian rows split evenly over the tile devices (the `Trainer` pads its
+    capacity so that they do; otherwise arrays stay whole)."""
+    return rows % num_devices == 0
+
+
 def split_by_rows(x, num_devices: int):
     """Inside a program: x split by its leading axis over the tile devices, where that axis
     divides evenly (else as it is)."""
-    if x.ndim == 0 or x.shape[0] % num_devices or not jnp.issubdtype(x.dtype, jnp.inexact):
+    if x.ndim == 0 or not splits_evenly(x.shape[0], num_devices) or not jnp.issubdtype(x.dtype, jnp.inexact):
         return x
     return jax.lax.with_sharding_constraint(x, rows_sharding(num_devices))
 
@@ -179,11 +185,11 @@ def dealt_backward(backward, cfg, geom, feats, ids, tiles: Tiles, cot: PixelCota
 
     # the sums leave split by rows (a reduce-scatter) where the Gaussians divide evenly: a training
     # step's parameters are split so (`gathered`), and it moves half the data of an all-reduce
-    by_rows = geom.shape[1] % num_devices == 0
+    by_rows = splits_evenly(geom.shape[1], num_devices)
+    total = (partial(jax.lax.psum_scatter, axis_name=AXIS, scatter_dimension=0, tiled=True) if by_rows
+             else partial(jax.lax.psum, axis_name=AXIS))
 
     def walk(g, f, i, tl, c, b0):
-        total = partial(jax.lax.psum_scatter, axis_name=AXIS, scatter_dimension=0, tiled=True) if by_rows else \
-            partial(jax.lax.psum, axis_name=AXIS)
         return jax.tree_util.tree_map(total, backward(cfg, g, f, i, tl, c, b0))
 
     cot_spec = PixelCotangents(last=P(AXIS), T_final=P(AXIS), dC=P(None, AXIS), dA=P(AXIS))

@@ -19,7 +19,7 @@ import optax
 from optax.transforms import MaskedNode
 
 from ..files.checkpoint import CheckpointError
-from ..rendering.tile_parallel import rows_sharding, whole_sharding
+from ..rendering.tile_parallel import rows_sharding, splits_evenly, whole_sharding
 from .gaussians import PARAM_NAMES, Gaussians
 
 
@@ -88,7 +88,7 @@ def tile_shardings(tx, state: TrainState, num_devices: int):
     """Where a tile-parallel block keeps `state` (`rendering.tile_parallel`): per-Gaussian arrays
     split by rows over the `num_devices` tile devices, everything else whole on each. When the
     capacity does not divide evenly, everything whole (`Trainer` keeps it divisible)."""
-    split = state.gaussians.capacity % num_devices == 0
+    split = splits_evenly(state.gaussians.capacity, num_devices)
     rows, whole = rows_sharding(num_devices), whole_sharding(num_devices)
     return jax.tree_util.tree_map(lambda on: rows if on and split else whole, per_gaussian_leaves(tx, state))
 
