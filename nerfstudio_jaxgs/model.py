@@ -226,7 +226,10 @@ class JaxGSModel(SplatfactoModel):
 
         from jax_backend import auto_tile_devices
 
-        n = self.config.tile_devices or auto_tile_devices()
+        try:
+            n = self.config.tile_devices or auto_tile_devices()
+        except ValueError as e:  # $JAXGS_TILE_DEVICES
+            raise InputError(str(e)) from None
         # clamped, not refused (training refuses, in the engine): a config written on a machine
         # with more cores still renders here
         return max(1, min(n, len(jax.local_devices())))

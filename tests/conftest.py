@@ -13,6 +13,13 @@ from jax_backend.files import enable_compilation_cache  # noqa: E402
 # (JAXGS_COMPILATION_CACHE=off compiles everything); the ns-* commands the tests start use it too
 enable_compilation_cache()
 
+# With several pytest-xdist workers, every core already runs a worker: a worker that also dealt its
+# views' tiles over the cores (the CPU default) would put two busy devices on each core. The
+# workers deal over one device (`cores_for_tiles`); the tests of the dealing set their device
+# counts themselves, and the slow suite (one process) keeps the default.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ.setdefault("JAXGS_TILE_DEVICES", "1")
+
 
 def pytest_xdist_auto_num_workers(config):
     """`-n auto` (pyproject's addopts): one worker per usable core, at most 4, for the default suite.

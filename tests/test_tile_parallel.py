@@ -74,7 +74,8 @@ def test_dealt_tiles_render_and_differentiate_as_one_device(rasterizer):
             np.testing.assert_allclose(g, g1, rtol=1e-4, atol=5e-4 * np.abs(g1).max())
 
 
-def test_training_deals_tiles_on_a_cpu_and_keeps_one_devices_state(tmp_path):
+def test_training_deals_tiles_on_a_cpu_and_keeps_one_devices_state(tmp_path, monkeypatch):
+    monkeypatch.delenv("JAXGS_TILE_DEVICES", raising=False)  # the machine's default (conftest sets 1 for workers)
     _, train, test = known_scene(views=8)
     cfg = TrainConfig(max_steps=40, steps_per_block=10, sh_degree=1, sh_degree_interval=10,
                       optim=OptimConfig().with_eps(1e-6))  # see test_parallel: rounding noise stays put
@@ -122,6 +123,21 @@ def test_training_splits_the_gaussians_rows_over_the_tile_devices():
     assert two._state.step.sharding.is_fully_replicated
     np.testing.assert_allclose(np.asarray(two.state.gaussians.params["means"])[:511],
                                np.asarray(one.state.gaussians.params["means"]), atol=1e-4)
+
+
+def test_the_environment_sets_the_automatic_tile_devices(monkeypatch):
+    """$JAXGS_TILE_DEVICES bounds the automatic count (several jobs sharing the cores set 1); a
+    value that is not a positive whole number stops with one line naming the variable."""
+    monkeypatch.setenv("JAXGS_TILE_DEVICES", "1")
+    assert auto_tile_devices() == 1
+    monkeypatch.setenv("JAXGS_TILE_DEVICES", "64")  # more than the host's devices: all of them
+    assert auto_tile_devices() == len(jax.local_devices())
+    monkeypatch.setenv("JAXGS_TILE_DEVICES", "2")
+    assert auto_tile_devices(num_devices=2) == 1  # data parallelism keeps one tile device
+    for bad in ("0", "two", "-1", "1.5"):
+        monkeypatch.setenv("JAXGS_TILE_DEVICES", bad)
+        with pytest.raises(ValueError, match=f"JAXGS_TILE_DEVICES='{bad}'"):
+            auto_tile_devices()
 
 
 def test_tile_devices_with_data_parallelism_stops_with_one_line():

@@ -59,13 +59,28 @@ def use_cpu_cores() -> int:
     return n
 
 
+TILE_DEVICES_ENV = "JAXGS_TILE_DEVICES"
+
+
+def cores_for_tiles() -> int:
+    """Cores one process deals a view's tiles over by default: `$JAXGS_TILE_DEVICES` when set (a
+    positive whole number: e.g. 1 where several jobs already share the cores, as the test suite's
+    workers do), else every core this process may run on."""
+    value = os.environ.get(TILE_DEVICES_ENV, "").strip()
+    if not value:
+        return cpu_cores()
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"{TILE_DEVICES_ENV}={value!r}: must be a whole number of devices, 1 or more")
+    return int(value)
+
+
 def auto_tile_devices(num_devices: int = 1) -> int:
     """How many devices one view's tiles are dealt over by default: on a CPU every local device, up
-    to one per core; 1 on accelerators (one device is many cores), with data parallelism over
-    `num_devices` > 1 devices, and with several processes."""
+    to one per core (`cores_for_tiles`); 1 on accelerators (one device is many cores), with data
+    parallelism over `num_devices` > 1 devices, and with several processes."""
     if num_devices > 1 or jax.process_count() > 1 or jax.default_backend() != "cpu":
         return 1
-    return max(1, min(len(jax.local_devices()), cpu_cores()))
+    return max(1, min(len(jax.local_devices()), cores_for_tiles()))
 
 
 def tile_mesh(num_devices: int) -> Mesh:
