@@ -4,7 +4,6 @@ anything due at a step inside a block runs right after it."""
 from __future__ import annotations
 
 import re
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,47 +91,12 @@ class JaxGSTrainer(Trainer):
         with self.train_lock:
             self.pipeline.ensure_engine(end, self.config.optimizers)
         snapshots = self.pipeline.make_snapshots(self.base_dir / "snapshots")
-        self._eval_warm_up = self._start_eval_warm_up(end)
         try:
             self._train_blocks(done, end, block, snapshots)
         finally:
-            self._join_eval_warm_up()
             if snapshots is not None:
                 snapshots.close()  # waits for the last writes; raises if one failed
         self._after_train()
-
-    def _start_eval_warm_up(self, end: int) -> Optional[threading.Thread]:
-        """Render the first evaluation view once in a background thread, while the first block
-        compiles (compiling keeps one core busy), so that the first eval image finds its program
-        compiled instead of compiling it in the middle of the run (2.4 s on the fox's CPU run).
-        Only when the run evaluates; best effort: an error here is left for the eval to report."""
-        c, dm = self.config, self.pipeline.datamanager
-        if not any(0 < every <= end for every in (c.steps_per_eval_image, c.steps_per_eval_all_images)):
-            return None
-        try:
-            if not dm.eval_dataset or not len(dm.eval_dataset):
-                return None
-            getattr(dm, "cached_eval", None)  # nerfstudio undistorts the eval images lazily: here, not in the thread
-            camera = dm.eval_dataset.cameras[0:1]
-        except Exception:
-            return None
-        model = self.pipeline.model
-
-        def render():
-            try:
-                with torch.no_grad():
-                    model.render(camera)
-            except Exception:
-                pass
-
-        thread = threading.Thread(target=render, name="jax-gs eval warm-up", daemon=True)
-        thread.start()
-        return thread
-
-    def _join_eval_warm_up(self) -> None:
-        if getattr(self, "_eval_warm_up", None) is not None:
-            self._eval_warm_up.join()
-            self._eval_warm_up = None
 
     def _train_blocks(self, done: int, end: int, block: int, snapshots) -> None:
         while done < end and not self.stop_training:
@@ -188,7 +152,6 @@ class JaxGSTrainer(Trainer):
                     f.unlink()
 
     def _eval_after_block(self, before: int, step: int) -> None:
-        self._join_eval_warm_up()
         if crossed(before, step, self.config.steps_per_eval_image):
             metrics, images = self.pipeline.get_eval_image_metrics_and_images(step=step)
             writer.put_dict(name="Eval Images Metrics", scalar_dict=metrics, step=step)

@@ -353,38 +353,3 @@ def test_viewer_opens_on_a_forward_facing_capture(tmp_path):
           "--vis", "tensorboard", "--machine.device-type", "cpu", "--pipeline.model.steps-per-block", "50",
           "--output-dir", tmp_path, "nerfstudio-data"])
     viewer_shows_the_render(tmp_path / "ff" / "jax-gs" / "a" / "config.yml", tmp_path)
-
-
-def test_the_first_eval_image_finds_its_render_compiled():
-    """The trainer renders the first evaluation view in a background thread while the first block
-    compiles: nerfstudio's first eval image then compiles nothing (on the fox's CPU run it compiled
-    for 2.4 s in the middle of training). A run that never evaluates starts no thread."""
-    from types import SimpleNamespace
-
-    from nerfstudio.data.datamanagers.full_images_datamanager import FullImageDatamanagerConfig
-    from nerfstudio.data.dataparsers.nerfstudio_dataparser import NerfstudioDataParserConfig
-
-    from jax_backend.rendering.rasterization import _rasterize_jit
-    from nerfstudio_jaxgs.config import OPTIMIZERS
-    from nerfstudio_jaxgs.model import JaxGSModelConfig
-    from nerfstudio_jaxgs.pipeline import JaxGSPipelineConfig
-    from nerfstudio_jaxgs.trainer import JaxGSTrainer
-
-    dataparser = NerfstudioDataParserConfig(data=FOX, eval_mode="interval", eval_interval=8)
-    cfg = JaxGSPipelineConfig(datamanager=FullImageDatamanagerConfig(dataparser=dataparser, cache_images_type="uint8"),
-                              model=JaxGSModelConfig(num_random=500, steps_per_block=10, background_color="black"))
-    pipeline = cfg.setup(device="cpu", test_mode="val")
-    pipeline.ensure_engine(100, OPTIMIZERS)
-    never = SimpleNamespace(config=SimpleNamespace(steps_per_eval_image=500, steps_per_eval_all_images=0),
-                            pipeline=pipeline)
-    assert JaxGSTrainer._start_eval_warm_up(never, 100) is None
-    trainer = SimpleNamespace(config=SimpleNamespace(steps_per_eval_image=10, steps_per_eval_all_images=0),
-                              pipeline=pipeline)
-    compiled = _rasterize_jit._cache_size()
-    trainer._eval_warm_up = JaxGSTrainer._start_eval_warm_up(trainer, 100)
-    pipeline.train_block(10, 100)
-    JaxGSTrainer._join_eval_warm_up(trainer)
-    warm = _rasterize_jit._cache_size()
-    assert warm > compiled  # the warm-up's render (two programs when its first buffer was too small)
-    metrics, images = pipeline.get_eval_image_metrics_and_images(step=10)
-    assert _rasterize_jit._cache_size() == warm and np.isfinite(metrics["psnr"])
