@@ -199,7 +199,7 @@ def rasterization(
         the sum over pixels of |dL/dmeans2d|, gsplat's absgrad), the statistic densification uses.
       chunk: (flat) Gaussians gathered per tile at once.
       groups: (flat) tiles sorted by workload and cut into this many groups, each with its own
-        loop (default: on a CPU about 24 tiles each, at most 16 groups, `rasterize_flat.auto_groups`;
+        loop (default: on a CPU about 16 tiles each, at most 16 groups, `rasterize_flat.auto_groups`;
         1 elsewhere).
       tile_batch: (standard) tiles vmapped together (0: all).
       tile_devices: each camera's tiles are dealt over this host's first `tile_devices` devices,

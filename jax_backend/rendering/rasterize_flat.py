@@ -39,7 +39,7 @@ def _gather_chunk(k, chunk, geom, feats, ids, start, length):
     return gid, steps
 
 
-TILES_PER_GROUP = 24  # automatic groups: about this many tiles each ...
+TILES_PER_GROUP = 16  # automatic groups: about this many tiles each ...
 MAX_GROUPS = 16  # ... and at most this many loops (each is compiled on its own)
 
 
@@ -48,8 +48,9 @@ def auto_groups(num_tiles: int) -> int:
     MAX_GROUPS. On a CPU a blend step over a group costs a fixed dispatch per operation plus its
     pixels: fewer, wider groups pay fewer dispatches, more groups follow the workload closer.
     Measured (2026-12-01, steps/s, two tile devices): the fox's 68 tiles per device 32 with 8
-    groups, 41-44 with 3 or 4; the 504x378 scene's 384 per device 10.9 / 14.6 / 14.1 / 13.4 / 12.6
-    with 32 / 16 / 12 / 8 / 4 groups."""
+    groups, 41-44 with 3 or 4 (light phase), its heavy phase 103-107 / 124 / 136 / 149 ms per step
+    per 100k intersections with 4 / 3 / 6 / 2 groups; the 504x378 scene's 384 per device
+    10.9 / 14.6 / 14.1 / 13.4 / 12.6 steps/s with 32 / 16 / 12 / 8 / 4 groups."""
     return max(1, min(MAX_GROUPS, round(num_tiles / TILES_PER_GROUP)))
 
 
