@@ -199,8 +199,8 @@ def rasterization(
         the sum over pixels of |dL/dmeans2d|, gsplat's absgrad), the statistic densification uses.
       chunk: (flat) Gaussians gathered per tile at once.
       groups: (flat) tiles sorted by workload and cut into this many groups, each with its own
-        loop (default: on a CPU about 16 tiles each, at most 16 groups, `rasterize_flat.auto_groups`;
-        1 elsewhere).
+        loop (default `rasterize_flat.auto_groups`: on a CPU about 16 tiles each, at most 16
+        groups; 1 elsewhere).
       tile_batch: (standard) tiles vmapped together (0: all).
       tile_devices: each camera's tiles are dealt over this host's first `tile_devices` devices,
         which render them side by side (`tile_parallel`; 1: one device).
@@ -226,10 +226,8 @@ def rasterization(
         means2d_probe = jnp.zeros((c, n, 2), jnp.float32)
     use_sh = sh_degree is not None
     degree = jnp.asarray(sh_degree if use_sh else 0, jnp.int32)
-    if groups is None:  # workload-sorted tile groups pay off on CPUs (0: sized by the tiles each device
-        groups = 0 if jax.default_backend() == "cpu" else 1  # walks); accelerators prefer one wide loop
-    cfg = CompositeConfig(TileGrid(width, height, int(tile_size)), rasterizer, int(chunk), int(groups), int(tile_batch),
-                          bool(absgrad), int(tile_devices))
+    cfg = CompositeConfig(TileGrid(width, height, int(tile_size)), rasterizer, int(chunk), int(groups or 0),
+                          int(tile_batch), bool(absgrad), int(tile_devices))  # groups 0: automatic
     arrays = (means, quats, scales, opacities, colors, viewmats, Ks, backgrounds, means2d_probe, degree)
     traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(arrays))
     if not traced:  # called eagerly: the inputs go where the dealt program runs (a trainer's state is on one device)
