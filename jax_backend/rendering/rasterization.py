@@ -222,8 +222,10 @@ def rasterization(
     if width <= 0 or height <= 0:
         raise ValueError(f"width and height must be positive, got {width}x{height}")
     n, c = means.shape[0], viewmats.shape[0]
-    if means2d_probe is None:
-        means2d_probe = jnp.zeros((c, n, 2), jnp.float32)
+    if means2d_probe is None:  # zeros made on the host when eager (no program compiled for them)
+        inputs = (means, quats, scales, opacities, colors, viewmats, Ks, backgrounds)
+        eager = not any(isinstance(x, jax.core.Tracer) for x in inputs)
+        means2d_probe = (np if eager else jnp).zeros((c, n, 2), np.float32)
     use_sh = sh_degree is not None
     degree = jnp.asarray(sh_degree if use_sh else 0, jnp.int32)
     cfg = CompositeConfig(TileGrid(width, height, int(tile_size)), rasterizer, int(chunk), int(groups or 0),
