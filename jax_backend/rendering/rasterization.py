@@ -222,16 +222,15 @@ def rasterization(
     if width <= 0 or height <= 0:
         raise ValueError(f"width and height must be positive, got {width}x{height}")
     n, c = means.shape[0], viewmats.shape[0]
-    if means2d_probe is None:  # zeros made on the host when eager (no program compiled for them)
-        inputs = (means, quats, scales, opacities, colors, viewmats, Ks, backgrounds)
-        eager = not any(isinstance(x, jax.core.Tracer) for x in inputs)
-        means2d_probe = (np if eager else jnp).zeros((c, n, 2), np.float32)
     use_sh = sh_degree is not None
     degree = jnp.asarray(sh_degree if use_sh else 0, jnp.int32)
+    inputs = (means, quats, scales, opacities, colors, viewmats, Ks, backgrounds, means2d_probe, degree)
+    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(inputs))
+    if means2d_probe is None:  # eager: zeros made on the host (no program compiled for them)
+        means2d_probe = (jnp if traced else np).zeros((c, n, 2), np.float32)
     cfg = CompositeConfig(TileGrid(width, height, int(tile_size)), rasterizer, int(chunk), int(groups or 0),
                           int(tile_batch), bool(absgrad), int(tile_devices))  # groups 0: automatic
     arrays = (means, quats, scales, opacities, colors, viewmats, Ks, backgrounds, means2d_probe, degree)
-    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(arrays))
     if not traced:  # called eagerly: the inputs go where the dealt program runs (a trainer's state is on one device)
         arrays = replicated(arrays, cfg.devices)
     key = (n, c, width, height, int(tile_size))
