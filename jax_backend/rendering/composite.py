@@ -43,7 +43,7 @@ class CompositeConfig(NamedTuple):
     grid: TileGrid
     rasterizer: str  # a key of RASTERIZERS
     chunk: int  # flat: Gaussians gathered per tile per chunk
-    groups: int  # flat: tiles sorted by workload and cut into this many groups, one loop each (0: automatic)
+    groups: int  # flat: tiles sorted by workload and cut into this many groups, walked one after another (0: automatic)
     tile_batch: int  # standard: tiles vmapped together (0: all)
     absgrad: bool  # the means2d probe receives sum |dL/dmeans2d| instead of dL/dmeans2d
     devices: int = 1  # the tiles are dealt over this host's first `devices` devices (`tile_parallel`)

@@ -6,10 +6,12 @@ Chunks stop as soon as every pixel is saturated or every tile's list is used up:
 truncated, and the backward walks only up to the deepest last contributor.
 
 So that light tiles do not pay for the busiest one, the tiles can be sorted by their workload
-(list length forward, deepest last contributor backward) and cut into `groups` equal groups,
-each with its own loop: the work then follows the workload profile instead of
-num_tiles x the longest list. groups=1 is the plain design (one loop over all tiles); groups=0
-sizes the groups by the tiles this call walks (`auto_groups`).
+(list length forward, deepest last contributor backward) and cut into `groups` equal groups
+(the last padded with empty tiles), walked one after another, each to its own longest list: the
+work then follows the workload profile instead of num_tiles x the longest list. One loop body
+serves every group (`lax.map` / `lax.scan` over the groups), so more groups do not compile more
+code. groups=1 is the plain design (one loop over all tiles); groups=0 sizes the groups by the
+tiles this call walks (`auto_groups`).
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import jax.numpy as jnp
 
 from .blend import (BackState, BlendState, PixelCotangents, Splat, blend_backward, blend_forward, gradient_rows,
                     initial_state, split_rows, sum_pixels)
-from .tiles import Pixels, Tiles
+from .tiles import Pixels, Tiles, group_tiles, ungroup_tiles
 
 
 def _gather_chunk(k, chunk, geom, feats, ids, start, length):
@@ -40,7 +42,7 @@ def _gather_chunk(k, chunk, geom, feats, ids, start, length):
 
 
 TILES_PER_GROUP = 16  # automatic groups: about this many tiles each ...
-MAX_GROUPS = 16  # ... and at most this many loops (each is compiled on its own)
+MAX_GROUPS = 16  # ... and at most this many groups
 
 
 def auto_groups(num_tiles: int) -> int:
@@ -57,20 +59,23 @@ def auto_groups(num_tiles: int) -> int:
     return max(1, min(MAX_GROUPS, round(num_tiles / TILES_PER_GROUP)))
 
 
-def _groups(groups: int, workload):
-    """Tile order (heaviest first; None: as they are) and the static group boundaries (`groups`
-    0: `auto_groups`)."""
+def _grouping(groups: int, workload):
+    """Tile order (heaviest first; None: as they are) and the tiles per group (`groups` 0:
+    `auto_groups`)."""
     t = workload.shape[0]
     n = max(1, min(groups or auto_groups(t), t))
-    if n == 1:
-        return None, [(0, t)]
-    order = jnp.argsort(-workload)
-    size = -(-t // n)
-    return order, [(a, min(a + size, t)) for a in range(0, t, size)]
+    return (None if n == 1 else jnp.argsort(-workload)), -(-t // n)
 
 
-def _take(x, order, axis=0):
-    return x if order is None else jnp.take(x, order, axis=axis)
+def _grouped(x, order, size: int, axis: int = 0):
+    """x's tiles (on `axis`) in `order`, cut into groups of `size`: [groups, ..., size, ...]."""
+    return group_tiles(x if order is None else jnp.take(x, order, axis=axis), size, axis)
+
+
+def _ungrouped(x, order, num_tiles: int, axis: int):
+    """Inverse of `_grouped`."""
+    x = ungroup_tiles(x, num_tiles, axis)
+    return x if order is None else jnp.take(x, jnp.argsort(order), axis=axis)
 
 
 def _forward_tiles(B, geom, feats, ids, start, length, px: Pixels, inside) -> BlendState:
@@ -98,18 +103,21 @@ def flat_forward(cfg, geom, feats, ids, tiles: Tiles) -> BlendState:
 
     Returns:
       `BlendState` in the tile layout: T, last, done [T, S*S], color [ch, T, S*S].
+
+    The groups are equal (the last padded with empty tiles) and walked one after another by one
+    loop (`lax.map`): one loop body to compile, whatever the number of groups.
     """
     length = tiles.end - tiles.start
-    order, bounds = _groups(cfg.groups, length)
-    start, length, x, y, inside = [_take(a, order) for a in (tiles.start, length, tiles.px.x, tiles.px.y,
-                                                              tiles.inside)]
-    parts = [_forward_tiles(cfg.chunk, geom, feats, ids, start[a:b], length[a:b], Pixels(x[a:b], y[a:b]),
-                            inside[a:b]) for a, b in bounds]
-    state = jax.tree_util.tree_map(lambda *xs: jnp.concatenate(xs, axis=-2), *parts)  # tile axis: -2
-    if order is None:
-        return state
-    inverse = jnp.argsort(order)
-    return jax.tree_util.tree_map(lambda x: jnp.take(x, inverse, axis=x.ndim - 2), state)
+    t = length.shape[0]
+    order, size = _grouping(cfg.groups, length)
+    per_tile = [_grouped(a, order, size) for a in (tiles.start, length, tiles.px.x, tiles.px.y, tiles.inside)]
+
+    def group(args):
+        start, length, x, y, inside = args
+        return _forward_tiles(cfg.chunk, geom, feats, ids, start, length, Pixels(x, y), inside)
+
+    state = jax.lax.map(group, per_tile)  # [groups, ..., size, S*S]
+    return jax.tree_util.tree_map(lambda x: _ungrouped(x, order, t, x.ndim - 3), state)  # tile axis: -2
 
 
 def _backward_tiles(B, acc, geom, feats, ids, start, length, px: Pixels, cot: PixelCotangents, behind0):
@@ -143,16 +151,20 @@ def flat_backward(cfg, geom, feats, ids, tiles: Tiles, cot: PixelCotangents, beh
 
     Returns:
       (d geom [N, GEOM], d feats [N, ch], sum over pixels of |d means2d| [N, 2]).
+
+    Groups as `flat_forward` (by the deepest last contributor), one loop body for all of them,
+    the per-Gaussian sums carried from group to group.
     """
     ch, n = feats.shape
-    order, bounds = _groups(cfg.groups, jnp.max(cot.last, axis=1))
-    per_tile = [_take(a, order) for a in (tiles.start, tiles.end - tiles.start, tiles.px.x, tiles.px.y, cot.last,
-                                          cot.T_final, cot.dA)]
-    per_ch = [_take(a, order, axis=1) for a in (behind0, cot.dC)]
-    acc = gradient_rows(n, ch)
-    for a, b in bounds:
-        s, length, x, y, last, T_final, dA = [t[a:b] for t in per_tile]
-        b0, dC = [t[:, a:b] for t in per_ch]
-        acc = _backward_tiles(cfg.chunk, acc, geom, feats, ids, s, length, Pixels(x, y),
-                              PixelCotangents(last, T_final, dC, dA), b0)
+    order, size = _grouping(cfg.groups, jnp.max(cot.last, axis=1))
+    per_tile = [_grouped(a, order, size) for a in (tiles.start, tiles.end - tiles.start, tiles.px.x, tiles.px.y,
+                                                   cot.last, cot.T_final, cot.dA)]
+    per_ch = [_grouped(a, order, size, axis=1) for a in (behind0, cot.dC)]
+
+    def group(acc, args):
+        (s, length, x, y, last, T_final, dA), (b0, dC) = args
+        return _backward_tiles(cfg.chunk, acc, geom, feats, ids, s, length, Pixels(x, y),
+                               PixelCotangents(last, T_final, dC, dA), b0), None
+
+    acc, _ = jax.lax.scan(group, gradient_rows(n, ch), (per_tile, per_ch))
     return split_rows(acc, ch)

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from .blend import (BackState, BlendState, PixelCotangents, Splat, blend_backward, blend_forward, gradient_rows,
                     initial_state, split_rows, sum_pixels)
-from .tiles import Pixels, Tiles
+from .tiles import Pixels, Tiles, group_tiles
 
 # per-pixel state and images carry the pixel axis last (features channel first: [ch, P])
 _pixel_blend = jax.vmap(blend_forward, in_axes=(-1, -1, None), out_axes=-1)
@@ -57,13 +57,9 @@ def standard_backward(cfg, geom, feats, ids, tiles: Tiles, cot: PixelCotangents,
     ch, n = feats.shape
     num_tiles = tiles.start.shape[0]
     G = _group_size(cfg, num_tiles)
-    pad = (-num_tiles) % G
 
     def grouped(x, axis=0):  # tile axis -> [num_groups, ..., G, ...], padding with empty tiles
-        x = jnp.moveaxis(x, axis, 0)
-        x = jnp.pad(x, [(0, pad)] + [(0, 0)] * (x.ndim - 1))
-        x = x.reshape((-1, G) + x.shape[1:])
-        return jnp.moveaxis(x, 1, axis + 1)
+        return group_tiles(x, G, axis)
 
     groups = (grouped(tiles.px.x), grouped(tiles.px.y), grouped(tiles.start), grouped(tiles.end),
               PixelCotangents(grouped(cot.last), grouped(cot.T_final), grouped(cot.dC, 1), grouped(cot.dA)),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -72,6 +73,22 @@ def image_to_tiles(x, grid: TileGrid):
     pad = [(0, grid.tiles_y * s - grid.height), (0, grid.tiles_x * s - grid.width)] + [(0, 0)] * len(rest)
     x = jnp.pad(x, pad).reshape((grid.tiles_y, s, grid.tiles_x, s) + rest)
     return jnp.moveaxis(x, 1, 2).reshape((grid.num_tiles, s * s) + rest)
+
+
+def group_tiles(x, size: int, axis: int = 0):
+    """Tile axis `axis` (T tiles) cut into groups of `size`: [ceil(T / size), ..., size, ...], the
+    last group padded with empty tiles (zeros: no list, no pixel inside)."""
+    x = jnp.moveaxis(x, axis, 0)
+    x = jnp.pad(x, [(0, -x.shape[0] % size)] + [(0, 0)] * (x.ndim - 1))
+    x = x.reshape((-1, size) + x.shape[1:])
+    return jnp.moveaxis(x, 1, axis + 1)
+
+
+def ungroup_tiles(x, num_tiles: int, axis: int = 0):
+    """Inverse of `group_tiles`: [groups, ..., size, ...] -> the first `num_tiles` on `axis`."""
+    x = jnp.moveaxis(x, 0, axis)  # [..., groups, size, ...]
+    x = x.reshape(x.shape[:axis] + (-1,) + x.shape[axis + 2:])
+    return jax.lax.slice_in_dim(x, 0, num_tiles, axis=axis)
 
 
 class TileLists(NamedTuple):
