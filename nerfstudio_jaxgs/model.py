@@ -263,7 +263,7 @@ class JaxGSModel(SplatfactoModel):
                                          background=bg, render_mode="RGB+ED", rasterizer=self.config.rasterizer,
                                          rasterize_mode=self.config.rasterize_mode,
                                          keep=keep, tile_devices=self._render_tile_devices)
-        colors, alpha = np.asarray(colors)[:h, :w], np.asarray(alpha)[:h, :w]  # cropped here: no program per size
+        colors, alpha = colors[:h, :w], alpha[:h, :w]  # numpy: no program per size
         return {
             "rgb": torch.from_numpy(np.clip(colors[..., :3], 0.0, 1.0).copy()),
             "depth": torch.from_numpy(colors[..., 3:4].copy()),

@@ -181,7 +181,7 @@ def render_gaussians(gaussians: Gaussians, viewmat, K, width: int, height: int, 
       tile_devices: the image's tiles are dealt over this many local devices (as `rasterization`).
 
     Returns:
-      (features [H, W, ch] (RGB, then depth for "+D"/"+ED" modes), alpha [H, W, 1]).
+      (features [H, W, ch] (RGB, then depth for "+D"/"+ED" modes), alpha [H, W, 1]), numpy arrays.
     """
     keep = None if keep is None else np.asarray(keep, bool)
     bg = None if background is None else np.asarray(background, np.float32).reshape(1, -1)
@@ -190,7 +190,7 @@ def render_gaussians(gaussians: Gaussians, viewmat, K, width: int, height: int, 
                                      np.asarray(K, np.float32)[None], width, height, sh_degree=sh_degree,
                                      backgrounds=bg, render_mode=render_mode, rasterizer=rasterizer,
                                      rasterize_mode=rasterize_mode, tile_devices=tile_devices)
-    return colors.reshape(colors.shape[1:]), alpha.reshape(alpha.shape[1:])
+    return np.asarray(colors)[0], np.asarray(alpha)[0]  # on the host: no program per image size for the indexing
 
 
 @jax.jit
