@@ -12,7 +12,10 @@ warm-up process:
   Gaussians, full resolution): seconds from start to nerfstudio's first progress line (the end of
   the first 100-step block), training steps/s between the progress lines of steps 199 and the
   last, and the peak memory of the run (`/usr/bin/time`). Both without a compilation cache (the
-  older tree has none): the first run's start.
+  older tree has none): the first run's start;
+- the same `ns-train` without nerfstudio's eval image (`--steps-per-eval-image 0`): the window of
+  the run above holds step 500's eval, whose render is compiled then (2-3 s on the fox); this one
+  times training steps alone.
 
 Each tree runs its own code: PYTHONPATH puts the tree first, so `ns-train` loads that tree's
 plugin and backend.
@@ -38,8 +41,9 @@ def train_scene(tree: Path, steps: int) -> dict:
     return versus.child(str(tree), ["benchmarks.train", "--child", "scan-flat", "--steps", steps])
 
 
-def ns_train_fox(tree: Path, steps: int, out_dir: Path) -> dict:
-    cmd = ["/usr/bin/time", "-f", "MAXRSS %M", *startup.command(FOX, out_dir, steps, ["--steps-per-save", 10 * steps])]
+def ns_train_fox(tree: Path, steps: int, out_dir: Path, eval_image: bool = True) -> dict:
+    extra = ["--steps-per-save", 10 * steps] + ([] if eval_image else ["--steps-per-eval-image", 0])
+    cmd = ["/usr/bin/time", "-f", "MAXRSS %M", *startup.command(FOX, out_dir, steps, extra)]
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tree,
                             env=versus.tree_env(tree, JAX_PLATFORMS="cpu", JAXGS_COMPILATION_CACHE="off"))
@@ -71,12 +75,12 @@ def main():
     res = {"before": {}, "after": {}}
     order = ["before", "after"]
     with tempfile.TemporaryDirectory() as tmp:
-        for what in ("scene", "fox"):
+        for what in ("scene", "fox", "fox_no_eval"):
             for name in order:
                 if what == "scene":
                     r = train_scene(trees[name], a.train_steps)
                 else:
-                    r = ns_train_fox(trees[name], a.fox_steps, Path(tmp) / name)
+                    r = ns_train_fox(trees[name], a.fox_steps, Path(tmp) / f"{what}-{name}", what == "fox")
                 res[name][what] = r
                 print(f"{what} {name}: {json.dumps(r)}", flush=True)
             order.reverse()
@@ -85,6 +89,8 @@ def main():
         ("benchmarks.train scene (504x378, 10k): steps/s", b["scene"]["steps_per_s"], f["scene"]["steps_per_s"]),
         ("benchmarks.train scene: peak MiB", b["scene"]["peak_rss_mib"], f["scene"]["peak_rss_mib"]),
         (f"ns-train fox: steps/s (steps {f['fox']['steps_timed']})", b["fox"]["steps_per_s"], f["fox"]["steps_per_s"]),
+        (f"ns-train fox without the eval image: steps/s (steps {f['fox_no_eval']['steps_timed']})",
+         b["fox_no_eval"]["steps_per_s"], f["fox_no_eval"]["steps_per_s"]),
         ("ns-train fox: seconds to the end of the first block (no cache)", b["fox"]["first_block_s"],
          f["fox"]["first_block_s"]),
         ("ns-train fox: peak MiB", b["fox"]["peak_rss_mib"], f["fox"]["peak_rss_mib"]),
