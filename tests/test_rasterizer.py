@@ -107,9 +107,33 @@ def test_rasterizers_agree_and_tiling_changes_nothing():
     assert (auto_groups(15), auto_groups(54), auto_groups(10**5)) == (1, 3, MAX_GROUPS)
     for kw in (dict(rasterizer="standard"), dict(rasterizer="flat", tile_size=8, chunk=5),
                dict(rasterizer="standard", tile_size=32, tile_batch=3), dict(rasterizer="flat", chunk=1),
-               dict(rasterizer="flat", groups=1), dict(rasterizer="flat", groups=7, chunk=3)):
+               dict(rasterizer="flat", groups=1), dict(rasterizer="flat", groups=7, chunk=3),
+               dict(rasterizer="flat", groups=4, chunk=3)):  # 15 tiles in 4 groups of 4: the last padded
         other = rasterization(*args, sh_degree=3, **kw)[0]
         np.testing.assert_allclose(np.asarray(other), np.asarray(base), atol=2e-5, err_msg=str(kw))
+
+
+def test_padded_tile_groups_give_the_same_gradients():
+    """The flat backward's groups are padded to equal size with empty tiles (15 tiles in 4
+    groups of 4): their gradients are those of one group over all tiles."""
+    w, h = 70, 45
+    scene = hard_scene(n=200, seed=5)
+    vms, Ks = cameras(w, h, n=1, seed=5)
+    names = ("means", "quats", "scales", "opacities", "sh")
+    target = jnp.asarray(np.random.default_rng(0).random((1, h, w, 3)), jnp.float32)
+
+    def grads(groups):
+        def loss(p):
+            img = rasterization(*[p[k] for k in names], vms, Ks, w, h, sh_degree=3, rasterizer="flat", groups=groups,
+                                chunk=3, capacity=1 << 12)[0]
+            return jnp.sum((img - target) ** 2)
+
+        return jax.jit(jax.grad(loss))({k: jnp.asarray(scene[k], jnp.float32) for k in names})
+
+    one, four = grads(1), grads(4)
+    for k in names:  # the per-Gaussian sums are added in another order: float32 rounding of the largest terms
+        scale = float(np.max(np.abs(np.asarray(one[k]))))
+        np.testing.assert_allclose(np.asarray(four[k]), np.asarray(one[k]), rtol=1e-4, atol=2e-5 * scale, err_msg=k)
 
 
 def test_overflow_flag_under_jit_and_growth_when_eager():
