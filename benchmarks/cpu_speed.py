@@ -80,7 +80,7 @@ def main():
                 if what == "scene":
                     r = train_scene(trees[name], a.train_steps)
                 else:
-                    r = ns_train_fox(trees[name], a.fox_steps, Path(tmp) / f"{what}-{name}", what == "fox")
+                    r = ns_train_fox(trees[name], a.fox_steps, Path(tmp) / f"{what}-{name}", eval_image=what == "fox")
                 res[name][what] = r
                 print(f"{what} {name}: {json.dumps(r)}", flush=True)
             order.reverse()

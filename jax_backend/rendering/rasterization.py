@@ -198,8 +198,8 @@ def rasterization(
       means2d_probe: [C, N, 2] zeros; its gradient is dL/dmeans2d in pixels (or, with `absgrad`,
         the sum over pixels of |dL/dmeans2d|, gsplat's absgrad), the statistic densification uses.
       chunk: (flat) Gaussians gathered per tile at once.
-      groups: (flat) tiles sorted by workload and cut into this many groups, each with its own
-        loop (default `rasterize_flat.auto_groups`: on a CPU about 16 tiles each, at most 16
+      groups: (flat) tiles sorted by workload and cut into this many groups, each walked to its
+        own longest list (default `rasterize_flat.auto_groups`: on a CPU about 16 tiles each, at most 16
         groups; 1 elsewhere).
       tile_batch: (standard) tiles vmapped together (0: all).
       tile_devices: each camera's tiles are dealt over this host's first `tile_devices` devices,
@@ -226,11 +226,11 @@ def rasterization(
     degree = jnp.asarray(sh_degree if use_sh else 0, jnp.int32)
     inputs = (means, quats, scales, opacities, colors, viewmats, Ks, backgrounds, means2d_probe, degree)
     traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(inputs))
-    if means2d_probe is None:  # eager: zeros made on the host (no program compiled for them)
+    if means2d_probe is None:  # zeros; made on the host when eager (no program compiled for them)
         means2d_probe = (jnp if traced else np).zeros((c, n, 2), np.float32)
     cfg = CompositeConfig(TileGrid(width, height, int(tile_size)), rasterizer, int(chunk), int(groups or 0),
                           int(tile_batch), bool(absgrad), int(tile_devices))  # groups 0: automatic
-    arrays = (means, quats, scales, opacities, colors, viewmats, Ks, backgrounds, means2d_probe, degree)
+    arrays = (*inputs[:-2], means2d_probe, degree)  # the probe, made above when none was given
     if not traced:  # called eagerly: the inputs go where the dealt program runs (a trainer's state is on one device)
         arrays = replicated(arrays, cfg.devices)
     key = (n, c, width, height, int(tile_size))

@@ -72,10 +72,10 @@ def _grouped(x, order, size: int, axis: int = 0):
     return group_tiles(x if order is None else jnp.take(x, order, axis=axis), size, axis)
 
 
-def _ungrouped(x, order, num_tiles: int, axis: int):
-    """Inverse of `_grouped`."""
+def _ungrouped(x, inverse, num_tiles: int, axis: int):
+    """Inverse of `_grouped` (`inverse`: argsort of its order, or None)."""
     x = ungroup_tiles(x, num_tiles, axis)
-    return x if order is None else jnp.take(x, jnp.argsort(order), axis=axis)
+    return x if inverse is None else jnp.take(x, inverse, axis=axis)
 
 
 def _forward_tiles(B, geom, feats, ids, start, length, px: Pixels, inside) -> BlendState:
@@ -117,7 +117,8 @@ def flat_forward(cfg, geom, feats, ids, tiles: Tiles) -> BlendState:
         return _forward_tiles(cfg.chunk, geom, feats, ids, start, length, Pixels(x, y), inside)
 
     state = jax.lax.map(group, per_tile)  # [groups, ..., size, S*S]
-    return jax.tree_util.tree_map(lambda x: _ungrouped(x, order, t, x.ndim - 3), state)  # tile axis: -2
+    inverse = None if order is None else jnp.argsort(order)  # once for every field of the state
+    return jax.tree_util.tree_map(lambda x: _ungrouped(x, inverse, t, x.ndim - 3), state)  # tile axis: -2
 
 
 def _backward_tiles(B, acc, geom, feats, ids, start, length, px: Pixels, cot: PixelCotangents, behind0):
