@@ -58,7 +58,7 @@ def build_trainer(n: int, rasterizer: str, steps_per_block: int, ssim_lambda: fl
 
 
 def measure(n: int, name: str, steps: int) -> dict:
-    from jax_backend.rendering.tile_parallel import use_cpu_cores
+    from jax_backend.devices import use_cpu_cores
 
     use_cpu_cores()  # as ns-train does: one CPU device per core, each view's tiles dealt over them
     import jax

@@ -5,7 +5,7 @@ Import everything a user needs from here:
     from jax_backend import rasterization                      # render (gsplat's signature)
     from jax_backend import Trainer, TrainConfig, make_dataset, make_strategy, init_from_points
 
-Packages: `rendering` (projection, SH, binning, the blend rule, the two rasterizers and the entry
+Packages: `devices` (which devices a run uses and compiles for, placement), `rendering` (projection, SH, binning, the blend rule, the two rasterizers and the entry
 point), `training` (Gaussians, loss, optimizer, strategies, data, step, trainer), `files` (PLY,
 checkpoints, atomic and background writes).
 
@@ -29,9 +29,12 @@ _EXPORTS = {
     "RENDER_MODES": "rendering",
     "rasterization": "rendering",
     "count_intersections": "rendering",
-    "auto_tile_devices": "rendering.tile_parallel",
-    "use_cpu_cores": "rendering.tile_parallel",
-    "replicated": "rendering.tile_parallel",
+    "auto_data_devices": "devices",
+    "auto_tile_devices": "devices",
+    "compile_for": "devices",
+    "tile_copies": "devices",
+    "topology_devices": "devices",
+    "use_cpu_cores": "devices",
     "Dataset": "training.data",
     "ViewPlan": "training.data",
     "make_dataset": "training.data",

@@ -125,14 +125,14 @@ class JaxGSModel(SplatfactoModel):
         (and restore a pending checkpoint). `optimizers`: nerfstudio's `--optimizers` dict."""
         import jax
 
-        from jax_backend import Trainer
+        from jax_backend import Trainer, auto_data_devices
 
         from .settings import train_config
 
         c = self.config
         cfg = train_config(c, max_steps, self.num_train_data, optimizers, self.training_background())
         # default: every accelerator; on a CPU one device, its cores dealing each view's tiles
-        num_devices = c.num_devices or (1 if jax.default_backend() == "cpu" else len(jax.local_devices()))
+        num_devices = c.num_devices or auto_data_devices()
         if num_devices > len(jax.local_devices()):
             raise InputError(f"num-devices {num_devices}: this host has {len(jax.local_devices())} JAX device(s)")
         # the capacity grows on the host as density control needs it
@@ -238,10 +238,10 @@ class JaxGSModel(SplatfactoModel):
         """The Gaussians where the renders run: placed on the render tile devices once per change
         of `self.gaussians` (a block, a load), not per viewer frame (a copy per device: ~22 ms a
         frame at 300k Gaussians)."""
-        from jax_backend import replicated
+        from jax_backend import tile_copies
 
         if self._placed is None or self._placed[0] is not self.gaussians:
-            self._placed = (self.gaussians, replicated(self.gaussians, self._render_tile_devices))
+            self._placed = (self.gaussians, tile_copies(self.gaussians, self._render_tile_devices))
         return self._placed[1]
 
     def render(self, camera, background=None) -> Dict[str, torch.Tensor]:

@@ -31,6 +31,6 @@ def pytest_xdist_auto_num_workers(config):
     marks = (config.option.markexpr or "").replace("not slow", "")
     if "slow" in marks:
         return 0
-    from jax_backend.rendering.tile_parallel import cpu_cores
+    from jax_backend.devices import cpu_cores
 
     return max(1, min(cpu_cores(), 4))

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from jax_backend import OptimConfig, TrainConfig, Trainer, init_random, rasterization
-from jax_backend.rendering.tile_parallel import auto_tile_devices, cpu_cores, deal
+from jax_backend.devices import auto_tile_devices, cpu_cores
+from jax_backend.rendering.tile_parallel import deal
 from scenes import cameras, hard_scene
 from synthetic import known_scene
 
@@ -149,7 +150,7 @@ def test_tile_devices_with_data_parallelism_stops_with_one_line():
 
 
 def test_use_cpu_cores_gives_one_cpu_device_per_core():
-    code = ("import jax; from jax_backend.rendering.tile_parallel import use_cpu_cores, cpu_cores;"
+    code = ("import jax; from jax_backend.devices import use_cpu_cores, cpu_cores;"
             "n = use_cpu_cores(); print(n, len(jax.local_devices()), cpu_cores(), use_cpu_cores())")
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     env["JAX_PLATFORMS"] = "cpu"

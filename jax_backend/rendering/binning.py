@@ -13,6 +13,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from .. import array_ops, devices
 from .projection import Projected
 from .tiles import TileGrid, TileLists
 
@@ -89,7 +90,7 @@ def sort_pairs(hi, lo):
 
 def _pairs_sort_ok() -> bool:
     """TPUs emulate 64-bit integers: there the comparator sorts stay."""
-    return jax.default_backend() != "tpu"
+    return devices.platform() != "tpu"
 
 
 def depth_order(depths):
@@ -134,8 +135,12 @@ def sort_by_tile_and_depth(tile, owner, depths, num_tiles: int):
 
 def buffer_tiers(capacity: int) -> list:
     """The buffer sizes a binning picks from at run time: `capacity` and its halves down to
-    MIN_CAPACITY (at most five)."""
+    MIN_CAPACITY (at most five). On a TPU `capacity` alone: each tier compiles its own sort, and a
+    sort of 2^16-2^20 keys takes 6-12 s of a TPU compile (measured for v5e: the binning at 2^20
+    compiled in 141 s with five tiers)."""
     sizes = [capacity]
+    if devices.platform() == "tpu":
+        return sizes
     while len(sizes) < 5 and sizes[-1] // 2 >= MIN_CAPACITY and sizes[-1] % 2 == 0:
         sizes.append(sizes[-1] // 2)
     return sizes[::-1]
@@ -149,11 +154,10 @@ def _sorted_lists(size: int, lo_t, n_xy, counts, starts, total, depths, grid: Ti
     slot = jnp.arange(size, dtype=jnp.int32)
     ids = jnp.arange(n, dtype=jnp.int32)
     marks = jnp.zeros((size,), jnp.int32).at[jnp.where(counts > 0, starts, size)].max(ids, mode="drop")
-    owner = jax.lax.cummax(marks, axis=0)
-    local = slot - starts[owner]
-    w = jnp.maximum(n_xy[owner, 0], 1)
-    tx = lo_t[owner, 0] + local % w
-    ty = lo_t[owner, 1] + local // w
+    owner = array_ops.cummax(marks)
+    row, col = array_ops.small_divmod(slot - starts[owner], jnp.maximum(n_xy[owner, 0], 1))
+    tx = lo_t[owner, 0] + col
+    ty = lo_t[owner, 1] + row
     in_use = slot < total
     tile = jnp.where(in_use, ty * grid.tiles_x + tx, grid.num_tiles).astype(jnp.int32)
     tile_sorted, ids_sorted = sort_by_tile_and_depth(tile, owner, depths, grid.num_tiles)
@@ -179,7 +183,7 @@ def bin_gaussians(proj: Projected, grid: TileGrid, capacity: int) -> Bins:
     """
     lo_t, n_xy = tile_rect(proj, grid)
     counts = n_xy[:, 0] * n_xy[:, 1]
-    ends = jnp.cumsum(counts)
+    ends = array_ops.cumsum(counts)
     starts = ends - counts
     total = ends[-1]
 

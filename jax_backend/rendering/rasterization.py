@@ -16,7 +16,8 @@ from .binning import bin_gaussians, next_capacity, tile_rect
 from .composite import CompositeConfig, composite, get_rasterizer
 from .projection import RASTERIZE_MODES, project_gaussians
 from .sh import sh_to_color
-from .tile_parallel import gathered, replicated
+from ..devices import tile_copies
+from .tile_parallel import gathered
 from .tiles import TileGrid
 
 RENDER_MODES = ("RGB", "D", "ED", "RGB+D", "RGB+ED")
@@ -232,7 +233,7 @@ def rasterization(
                           int(tile_batch), bool(absgrad), int(tile_devices))  # groups 0: automatic
     arrays = (*inputs[:-2], means2d_probe, degree)  # the probe, made above when none was given
     if not traced:  # called eagerly: the inputs go where the dealt program runs (a trainer's state is on one device)
-        arrays = replicated(arrays, cfg.devices)
+        arrays = tile_copies(arrays, cfg.devices)
     key = (n, c, width, height, int(tile_size))
     cap = int(capacity) if capacity is not None else default_capacity(*key)
     while True:

@@ -18,6 +18,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from .. import devices
+
 from .blend import (BackState, BlendState, PixelCotangents, Splat, blend_backward, blend_forward, gradient_rows,
                     initial_state, split_rows, sum_pixels)
 from .tiles import Pixels, Tiles, group_tiles, ungroup_tiles
@@ -54,7 +56,7 @@ def auto_groups(num_tiles: int) -> int:
     groups, 41-44 with 3 or 4 (light phase), its heavy phase 103-107 / 124 / 136 / 149 ms per step
     per 100k intersections with 4 / 3 / 6 / 2 groups; the 504x378 scene's 384 per device
     10.9 / 14.6 / 14.1 / 13.4 / 12.6 steps/s with 32 / 16 / 12 / 8 / 4 groups."""
-    if jax.default_backend() != "cpu":
+    if devices.platform() != "cpu":
         return 1
     return max(1, min(MAX_GROUPS, round(num_tiles / TILES_PER_GROUP)))
 

@@ -13,101 +13,23 @@ share, and the projected Gaussians are gathered (`gathered`) before binning, whi
 the backward's per-Gaussian sums leave as a reduce-scatter, each device getting its rows' sums.
 Without the split every device did the whole per-Gaussian work of the step again.
 
+Which devices, their mesh and shardings, and placing arrays on them: `devices` (the device policy).
+
 Why on a CPU: XLA runs one device's program on about one core (its own intra-op threading gains
 nothing on these small fused loops: measured 0.9x with two cores against one), while forced host
 devices (`jax_num_cpu_devices`) run side by side.
 """
 from __future__ import annotations
 
-import os
 from functools import partial
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import PartitionSpec as P
 
+from ..devices import TILE_AXIS as AXIS, rows_sharding, tile_mesh, whole_sharding
 from .blend import BlendState, PixelCotangents
 from .tiles import Tiles
-
-AXIS = "tiles"
-
-
-def cpu_cores() -> int:
-    """Cores this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-def use_cpu_cores() -> int:
-    """Ask JAX for one CPU device per core (`jax_num_cpu_devices`), so that training can deal each
-    view's tiles over the cores. Must run before JAX starts its backends; leaves a count that
-    XLA_FLAGS (--xla_force_host_platform_device_count) or the config already set alone.
-
-    Returns:
-      the number of CPU devices asked for, 0 when nothing was changed.
-    """
-    from jax._src import xla_bridge
-
-    if ("xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
-            or jax.config.jax_num_cpu_devices >= 0 or xla_bridge.backends_are_initialized()):
-        return 0
-    n = cpu_cores()
-    jax.config.update("jax_num_cpu_devices", n)
-    return n
-
-
-TILE_DEVICES_ENV = "JAXGS_TILE_DEVICES"
-
-
-def cores_for_tiles() -> int:
-    """Cores one process deals a view's tiles over by default: `$JAXGS_TILE_DEVICES` when set (a
-    positive whole number: e.g. 1 where several jobs already share the cores, as the test suite's
-    workers do), else every core this process may run on."""
-    value = os.environ.get(TILE_DEVICES_ENV, "").strip()
-    if not value:
-        return cpu_cores()
-    if not value.isdigit() or int(value) < 1:
-        raise ValueError(f"{TILE_DEVICES_ENV}={value!r}: must be a whole number of devices, 1 or more")
-    return int(value)
-
-
-def auto_tile_devices(num_devices: int = 1) -> int:
-    """How many devices one view's tiles are dealt over by default: on a CPU every local device, up
-    to one per core (`cores_for_tiles`); 1 on accelerators (one device is many cores), with data
-    parallelism over `num_devices` > 1 devices, and with several processes."""
-    if num_devices > 1 or jax.process_count() > 1 or jax.default_backend() != "cpu":
-        return 1
-    return max(1, min(len(jax.local_devices()), cores_for_tiles()))
-
-
-def tile_mesh(num_devices: int) -> Mesh:
-    """A one-axis mesh of this host's first `num_devices` devices."""
-    local = jax.local_devices()
-    if not 1 <= num_devices <= len(local):
-        raise ValueError(f"tile devices must be between 1 and {len(local)} (this host's devices), got {num_devices}")
-    return Mesh(np.array(local[:num_devices]), (AXIS,))
-
-
-def replicated(tree, num_devices: int):
-    """`tree`'s arrays placed on this host's first `num_devices` devices, a full copy on each (where
-    a dealt render runs; jit does not move arrays committed to one device). Arrays already placed
-    so are returned as they are, without a copy."""
-    if num_devices <= 1:
-        return tree
-    return jax.device_put(tree, whole_sharding(num_devices))
-
-
-def rows_sharding(num_devices: int) -> NamedSharding:
-    """Arrays split by their leading axis (rows) over this host's first `num_devices` devices."""
-    return NamedSharding(tile_mesh(num_devices), P(AXIS))
-
-
-def whole_sharding(num_devices: int) -> NamedSharding:
-    """Arrays with a full copy on each of this host's first `num_devices` devices."""
-    return NamedSharding(tile_mesh(num_devices), P())
 
 
 def gathered(tree, num_devices: int):

@@ -1,6 +1,5 @@
 """The training data on the device: every view's image, mask and camera (`Dataset`), how the
-views of each step are drawn (`ViewPlan`), placing copies on several devices (`replicate`), and
-the scene's extent from its cameras."""
+views of each step are drawn (`ViewPlan`), and the scene's extent from its cameras."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -130,20 +129,6 @@ class ViewPlan:
             return table[local, order[pos]]
 
         return jax.vmap(one)(self.replica_lanes())
-
-
-def replicate(tree, devices):  # device placement for pmap
-    """One copy of every leaf on each device, stacked on a leading device axis (what pmap takes)."""
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
-
-    sharding = NamedSharding(Mesh(np.array(devices), ("devices",)), PartitionSpec("devices"))
-
-    def one(x):
-        x = jnp.asarray(x)
-        shards = [jax.device_put(x[None], d) for d in devices]
-        return jax.make_array_from_single_device_arrays((len(devices),) + x.shape, sharding, shards)
-
-    return jax.tree_util.tree_map(one, tree)
 
 
 def downscale_views(data: Dataset, views, factor: int):

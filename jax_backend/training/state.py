@@ -19,7 +19,8 @@ import optax
 from optax.transforms import MaskedNode
 
 from ..files.checkpoint import CheckpointError
-from ..rendering.tile_parallel import rows_sharding, splits_evenly, whole_sharding
+from ..devices import rows_sharding, whole_sharding
+from ..rendering.tile_parallel import splits_evenly
 from .gaussians import PARAM_NAMES, Gaussians
 
 

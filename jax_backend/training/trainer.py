@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..rendering import count_intersections, next_capacity, next_pow2
-from ..rendering.tile_parallel import auto_tile_devices, replicated
+from .. import devices as dev
 from .cameras import corrected_viewmats
-from .data import Dataset, ViewPlan, downscaled_cameras, replicate
+from .data import Dataset, ViewPlan, downscaled_cameras
 from .gaussians import Gaussians, activated, render_gaussians
 from .loss import psnr
 from .optim import make_optimizer, means_schedule
@@ -66,18 +66,13 @@ class Trainer:
           views_per_device: views each device renders per step; the effective batch is the total
             views per step (`views_per_step`).
         """
-        local = jax.local_devices()
-        if not 1 <= num_devices <= len(local):
-            raise ValueError(f"num_devices must be between 1 and {len(local)} (this host's devices), got {num_devices}")
+        self.devices = dev.data_devices(num_devices)
+        local = dev.target_devices()
         if jax.process_count() > 1 and num_devices != len(local):
             raise ValueError(f"with several processes every local device takes part: num_devices must be "
                              f"{len(local)}, got {num_devices}")
-        self.devices = local[:num_devices]
         self.parallel = num_devices > 1 or jax.process_count() > 1
-        tile_devices = cfg.tile_devices or auto_tile_devices(num_devices)
-        if not 1 <= tile_devices <= len(local):
-            raise ValueError(f"tile_devices must be between 0 (automatic) and {len(local)} (this host's devices), "
-                             f"got {cfg.tile_devices}")
+        tile_devices = dev.check_count("tile_devices", cfg.tile_devices or dev.auto_tile_devices(num_devices), low=0)
         if tile_devices > 1 and self.parallel:
             raise ValueError(f"tile_devices {tile_devices} deals one view's tiles over several devices: it needs "
                              f"num_devices 1 and one process (data parallelism takes the devices)")
@@ -88,8 +83,8 @@ class Trainer:
         self.plan.table()  # enough views for the lanes
         self.cfg, self.data, self.scene_scale, self.log = cfg, data, float(scene_scale), log
         # tile parallel: the dataset whole on each of the devices the tiles are dealt to
-        self._device_data = (replicate(data, self.devices) if self.parallel
-                             else replicated(data, tile_devices))
+        self._device_data = (dev.stacked_copies(data, self.devices) if self.parallel
+                             else dev.tile_copies(data, tile_devices))
         self.tx = make_optimizer(cfg.optim, self.scene_scale, cfg.max_steps)
         self.means_lr = means_schedule(cfg.optim, self.scene_scale, cfg.max_steps)
         if (cfg.camera_opt.enabled or cfg.bilateral.enabled) and jax.process_count() > 1:
@@ -106,10 +101,10 @@ class Trainer:
         """A part of the device state (`self._state.gaussians`, ...) as arrays on one device: one
         replica's copy when data parallel (they are identical), the rows gathered when tile
         parallel. Reading a part gathers only that part."""
-        if self.parallel:  # the first local device's shard: a plain single-device array
-            return jax.tree_util.tree_map(lambda x: x.addressable_shards[0].data[0], part)
+        if self.parallel:
+            return dev.first_copy(part)
         if self._tile_devices > 1:
-            return jax.device_put(part, jax.local_devices()[0])
+            return dev.one_device(part)
         return part
 
     @property
@@ -135,7 +130,7 @@ class Trainer:
     @state.setter
     def state(self, value: TrainState):
         if self.parallel:
-            self._state = replicate(value, self.devices)
+            self._state = dev.stacked_copies(value, self.devices)
         elif self._tile_devices > 1:  # per-Gaussian rows split evenly over the tile devices
             n = self._tile_devices
             value = grow_capacity(self.tx, value, -(-value.gaussians.capacity // n) * n)
@@ -180,23 +175,64 @@ class Trainer:
                                      rasterize_mode=self.cfg.rasterize_mode)
         return next_capacity(2 * max(int(counts.max()), 1))
 
-    def _block_fn(self, num_steps: int):
+    def _make_block(self, num_steps: int, devices):
+        """The block program (`train_block`) for `devices`, not compiled yet."""
         downscale = self.cfg.downscale_at(self.step)  # a block keeps the factor it starts with
-        key = ("block", self.isect_capacity, downscale, num_steps)
+        fn = partial(train_block, self.cfg, self.tx, self.means_lr, self.scene_scale, self.isect_capacity,
+                     downscale, num_steps, self.plan)
+        # several processes: pmap over every process's devices (collectives span the hosts);
+        # each process passes and gets back its own devices' slices
+        return (jax.pmap(fn, axis_name=self.plan.axis_name, devices=devices if jax.process_count() == 1 else None)
+                if self.parallel else jax.jit(fn))
+
+    def _block_fn(self, num_steps: int):
+        key = ("block", self.isect_capacity, self.cfg.downscale_at(self.step), num_steps)
         if key not in self._compiled:
-            fn = partial(train_block, self.cfg, self.tx, self.means_lr, self.scene_scale, self.isect_capacity,
-                         downscale, num_steps, self.plan)
-            # several processes: pmap over every process's devices (collectives span the hosts);
-            # each process passes and gets back its own devices' slices
-            devices = self.devices if jax.process_count() == 1 else None
-            self._compiled[key] = (jax.pmap(fn, axis_name=self.plan.axis_name, devices=devices)
-                                   if self.parallel else jax.jit(fn))
+            self._compiled[key] = self._make_block(num_steps, self.devices)
         return self._compiled[key]
 
     def _refine_fn(self):
         if "refine" not in self._compiled:
             self._compiled["refine"] = jax.jit(partial(refine_state, self.cfg, self.tx, self.scene_scale))
         return self._compiled["refine"]
+
+    # -- compiling for other devices (no run)
+    def _lower_for(self, target, make, args):
+        """`make(devices)`'s program lowered for `target` (as many devices as this trainer uses,
+        e.g. a TPU topology's compile-only ones) with `args` placed there as this trainer places
+        them (stacked copies when data parallel, else one device)."""
+        target = list(target)
+        if len(target) < len(self.devices):
+            raise ValueError(f"this trainer uses {len(self.devices)} devices; the target has {len(target)}")
+        if self._tile_devices > 1:
+            raise ValueError(f"compiling for other devices needs tile_devices 1, this trainer deals over "
+                             f"{self._tile_devices}")
+        target = target[:len(self.devices)]
+        with dev.compile_for(target):
+            fn = make(target)
+            sharding = dev.stacked_sharding(target) if self.parallel else jax.sharding.SingleDeviceSharding(target[0])
+            abstract = dev.abstract(args, sharding)
+            return fn.lower(*abstract) if self.parallel else fn.trace(*abstract).lower(
+                lowering_platforms=(target[0].platform,))
+
+    def lower_block(self, num_steps: int, target=None):
+        """The next block's program of `num_steps` steps, lowered (`.compile()` it): for this
+        trainer's devices, or for `target` devices (`devices.topology_devices`: a TPU's, compiled on
+        this host without one), so its compile time and memory can be checked without running it."""
+        if target is None:
+            return self._block_fn(num_steps).lower(self._device_data, self._state)
+        return self._lower_for(target, partial(self._make_block, num_steps), (self._device_data, self._state))
+
+    def lower_refine(self, target=None):
+        """Density control's program, lowered as `lower_block`'s (one device: the program
+        `_refine_again_with_room` runs when the slots run out)."""
+        step = jnp.int32(self.step)
+        if target is None:
+            return self._refine_fn().lower(self.state, step)
+        if self.parallel:
+            raise ValueError("lower_refine compiles the one-device program: use a trainer with num_devices 1")
+        return self._lower_for(target, lambda _: jax.jit(partial(refine_state, self.cfg, self.tx, self.scene_scale)),
+                               (self.state, step))
 
     # -- one block, in named pieces
     def _dispatch(self, num_steps: int):
@@ -220,7 +256,7 @@ class Trainer:
         """NonFiniteError naming the first step whose loss is not finite and the parameters with
         non-finite values, if any."""
         loss_ok = np.isfinite(metrics["loss"]).reshape(len(metrics["loss"]), -1).all(axis=1)
-        one = jax.tree_util.tree_map(lambda x: x.addressable_shards[0].data[0], state) if self.parallel else state
+        one = dev.first_copy(state) if self.parallel else state
         counts = {k: int(v) for k, v in jax.device_get(nonfinite_rows(one.gaussians.params, one.gaussians.alive)).items()}
         bad = {k: v for k, v in counts.items() if v}
         if loss_ok.all() and not bad:

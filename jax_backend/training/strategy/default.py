@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
+from ... import array_ops
 from ...rendering import quat_to_rotmat
 from ..gaussians import Gaussians
 from ..schedule import crossed
@@ -32,8 +33,8 @@ def assign_free_slots(copies, alive, capacity):
     """
     n_needed = jnp.sum(copies)
     free = ~alive
-    ends = jnp.cumsum(copies)
-    free_rank = jnp.cumsum(free) - 1
+    ends = array_ops.cumsum(copies)
+    free_rank = array_ops.cumsum(free.astype(jnp.int32)) - 1
     new = free & (free_rank < n_needed)
     owner = jnp.clip(jnp.searchsorted(ends, free_rank, side="right"), 0, capacity - 1)
     src = jnp.where(new, owner, jnp.arange(capacity))
@@ -137,7 +138,7 @@ class DefaultStrategy:
         if self.budget > 0:  # keep the candidates with the largest gradients, as many as fit
             allowed = jnp.maximum(self.budget - n_alive, 0)
             order = jnp.argsort(-jnp.where(copies > 0, avg, -jnp.inf))
-            fits = jnp.zeros((cap,), bool).at[order].set(jnp.cumsum(copies[order]) <= allowed)
+            fits = jnp.zeros((cap,), bool).at[order].set(array_ops.cumsum(copies[order]) <= allowed)
             budget_bound = jnp.sum(copies) > allowed
             clone, split = clone & fits, split & fits
             copies = jnp.where(fits, copies, 0)

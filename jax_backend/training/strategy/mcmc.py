@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ... import array_ops
 from ...rendering.projection import rotmat_planes
 from ..gaussians import Gaussians
 from ..schedule import crossed
@@ -38,7 +39,7 @@ def sample_by_weight(key, weights, mask, n_max: int):
     """`n_max` slot indices drawn with replacement, proportional to `weights` where `mask` is set.
     Inverse CDF (cumsum + searchsorted): O(N log N), memory-light, unlike a Gumbel argmax."""
     w = jnp.where(mask, jnp.maximum(weights, 0.0), 0.0)
-    cdf = jnp.cumsum(w)
+    cdf = array_ops.cumsum(w)
     u = jax.random.uniform(key, (n_max,)) * cdf[-1]
     idx = jnp.searchsorted(cdf, u, side="right")
     return jnp.clip(idx, 0, weights.shape[0] - 1)

@@ -1,0 +1,243 @@
+"""Every jax-gs program compiled for TPU on this host, without a TPU (deviceless ahead-of-time
+compilation through libtpu: `pip install -e ".[tpu]"`), beside the same program compiled for this
+CPU: compile seconds, generated code, HBM for arguments / outputs / temporaries, and whether it
+fits one chip.
+
+Programs (`PROGRAMS`), on a capture of fern's size (20 views of 504x378) unless said:
+  raster-{flat,standard}-{100k,1m}: `rasterization` forward + backward (sum of the image and alpha)
+    at 504x378, 100k / 1M Gaussians of realistic sizes (`benchmarks.rasterizer.realistic_scene`);
+  block-default, block-mcmc: the train block `ns-train jax-gs` / `jax-gs-mcmc` runs (the plugin's
+    own settings; 100 steps, SH degree 3, 100k Gaussians, density control at its end);
+  refine-default, refine-mcmc: density control alone (run again when the slots run out);
+  render: the eval / viewer render (RGB + expected depth, SH degree 3, 100k Gaussians);
+  block-dp4: the default block data parallel over four chips (`--machine.num-devices 4`: pmap).
+
+Every compile runs in its own process, one after another in this one run.
+
+    python -m benchmarks.tpu_compile [--targets cpu v5e:2x2 v6e:2x2] [--programs ...] [--out FILE]
+
+Compile-only: nothing here has run on a TPU. The figures say how long XLA takes to compile for a
+TPU on this host, and how much HBM the compiled program asks for.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+WIDTH, HEIGHT = 504, 378
+VIEWS = 20
+HBM_GIB = {"v5e": 16, "v6e": 32, "v5p": 95, "v4": 32}  # HBM per chip
+PROGRAMS = ["raster-flat-100k", "block-default", "render", "refine-default", "block-mcmc", "block-dp4",
+            "raster-standard-100k", "refine-mcmc", "raster-flat-1m", "raster-standard-1m"]
+
+
+def scene_views(n: int):
+    """Gaussians (`realistic_scene`) and VIEWS cameras around its camera (small turns and shifts)."""
+    import numpy as np
+
+    from benchmarks.rasterizer import realistic_scene
+
+    means, quats, scales, opacities, colors, viewmat, K = realistic_scene(n)
+    viewmats = np.repeat(viewmat, VIEWS, 0)
+    for i in range(VIEWS):
+        a = (i - VIEWS / 2) * 0.01
+        c, s = np.cos(a), np.sin(a)
+        viewmats[i, :3, :3] = np.array([[c, 0, s], [0, 1, 0], [-s, 0, c]])
+        viewmats[i, 0, 3] = 0.02 * (i - VIEWS / 2)
+    return means, quats, scales, opacities, colors, viewmats, np.repeat(K, VIEWS, 0)
+
+
+def trainer_for(method: str, n: int, num_devices: int = 1):
+    """The `Trainer` `ns-train <method>` builds (the plugin's settings), on a fern-size capture
+    with n Gaussians alive."""
+    import numpy as np
+
+    from jax_backend import Trainer, make_dataset
+    from jax_backend.rendering import next_pow2
+    from jax_backend.training.gaussians import Gaussians, init_from_points
+    from nerfstudio_jaxgs import config as methods
+    from nerfstudio_jaxgs.settings import train_config
+
+    spec = {"jax-gs": methods.jax_gs_method, "jax-gs-mcmc": methods.jax_gs_mcmc_method}[method]
+    model = spec.config.pipeline.model
+    model.tile_devices = 1  # one device renders a view (a chip); the CPU column compiles the same program
+    cfg = train_config(model, spec.config.max_num_iterations, VIEWS, spec.config.optimizers, "random")
+    means, quats, scales, opacities, colors, viewmats, Ks = scene_views(n)
+    g = init_from_points(means, colors, sh_degree=cfg.sh_degree, capacity=next_pow2(n))
+    import jax.numpy as jnp
+
+    pad = g.capacity - n
+    params = dict(g.params, scales=jnp.concatenate([jnp.log(jnp.asarray(scales, jnp.float32)),
+                                                    jnp.zeros((pad, 3))]))
+    g = Gaussians(params, g.alive)
+    data = make_dataset(np.zeros((VIEWS, HEIGHT, WIDTH, 3), np.uint8), viewmats, Ks)
+    tr = Trainer(cfg, data, g, 1.0, isect_capacity=1 << 20, log=lambda *_: None, num_devices=num_devices)
+    tr.state = tr.state._replace(step=jnp.int32(10_000))  # full resolution, SH degree 3, density control live
+    return tr
+
+
+def lowered(program: str, target):
+    """`program` lowered for `target` devices (None: this host's CPU)."""
+    import jax
+    import jax.numpy as jnp
+
+    from jax_backend import compile_for, rasterization
+
+    if program.startswith("raster-") or program == "render":
+        if program == "render":
+            rasterizer, n = "flat", 100_000
+        else:
+            _, rasterizer, size = program.split("-")
+            n = {"100k": 100_000, "1m": 1_000_000}[size]
+        from jax_backend.rendering import count_intersections, next_capacity
+
+        means, quats, scales, opacities, colors, viewmats, Ks = scene_views(n)
+        cap = next_capacity(int(count_intersections(means, quats, scales, opacities, viewmats[:1], Ks[:1], WIDTH,
+                                                    HEIGHT)[0]))
+        import numpy as np
+
+        if program == "render":  # SH coefficients, as the eval and the viewer render them
+            sh = np.zeros((n, 16, 3), np.float32)
+            args = (means, quats, scales, opacities, sh, viewmats[:1], Ks[:1])
+
+            def fn(m, q, s, o, c, vm, K):
+                return rasterization(m, q, s, o, c, vm, K, WIDTH, HEIGHT, sh_degree=3, render_mode="RGB+ED",
+                                     capacity=cap)[:2]
+        else:
+            args = (means, quats, scales, opacities, colors, viewmats[:1], Ks[:1])
+
+            def loss(m, q, s, o, c, vm, K):
+                img, alpha, _ = rasterization(m, q, s, o, c, vm, K, WIDTH, HEIGHT, capacity=cap, rasterizer=rasterizer)
+                return jnp.sum(img) + jnp.sum(alpha)
+
+            fn = jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))
+        arrays = [np.asarray(a, np.float32) for a in args]
+        if target is None:
+            return jax.jit(fn).lower(*arrays), {"gaussians": n, "capacity": cap}
+        from jax_backend.devices import abstract
+
+        with compile_for(target[:1]):
+            spec = abstract(arrays, jax.sharding.SingleDeviceSharding(target[0]))
+            return (jax.jit(fn).trace(*spec).lower(lowering_platforms=(target[0].platform,)),
+                    {"gaussians": n, "capacity": cap})
+    kind, variant = program.split("-")
+    method = "jax-gs-mcmc" if variant == "mcmc" else "jax-gs"
+    tr = trainer_for(method, 100_000, num_devices=4 if variant == "dp4" else 1)
+    info = {"gaussians": 100_000, "capacity": tr.capacity, "isect_capacity": tr.isect_capacity,
+            "steps": tr.cfg.steps_per_block, "devices": len(tr.devices)}
+    if kind == "block":
+        return tr.lower_block(tr.cfg.steps_per_block, target), info
+    return tr.lower_refine(target), info
+
+
+def measure(program: str, target_name: str) -> dict:
+    """Runs in the child process: compile one program for one target."""
+    import jax
+
+    jax.config.update("jax_num_cpu_devices", 4)  # the CPU column of block-dp4 pmaps over four CPU devices
+    target = None
+    if target_name != "cpu":
+        from jax_backend import topology_devices
+
+        target = topology_devices(target_name)
+    t0 = time.perf_counter()
+    low, info = lowered(program, target)
+    t1 = time.perf_counter()
+    compiled = low.compile()
+    t2 = time.perf_counter()
+    mem = compiled.memory_analysis()
+    # lower_s: building the inputs (for a block: the Trainer) and lowering; compile_s: XLA alone
+    row = {"program": program, "target": target_name, "lower_s": t1 - t0, "compile_s": t2 - t1, **info}
+    for k in ("generated_code_size_in_bytes", "argument_size_in_bytes", "output_size_in_bytes",
+              "temp_size_in_bytes", "alias_size_in_bytes"):
+        row[k] = int(getattr(mem, k, 0) or 0) if mem is not None else None
+    chip = target_name.split(":")[0]
+    if chip in HBM_GIB and mem is not None:
+        per_chip = row["argument_size_in_bytes"] + row["output_size_in_bytes"] + row["temp_size_in_bytes"] \
+            - row["alias_size_in_bytes"]
+        row["hbm_bytes"] = per_chip
+        row["fits"] = per_chip + row["generated_code_size_in_bytes"] < HBM_GIB[chip] * 2**30
+    return row
+
+
+def _mb(x):
+    return "-" if x is None else f"{x / 1e6:.1f}"
+
+
+def table(rows: list, targets: list) -> str:
+    by = {(r["program"], r["target"]): r for r in rows}
+    programs = [p for p in PROGRAMS if any((p, t) in by for t in targets)]
+    head = "| program | " + " | ".join(f"{t} compile s" for t in targets) + " | " + " | ".join(
+        f"{t} code / args / temp MB" for t in targets if t != "cpu") + " | fits one chip |"
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for p in programs:
+        cells = [f"{by[(p, t)]['compile_s']:.1f}" if (p, t) in by and "error" not in by[(p, t)] else "fail"
+                 for t in targets]
+        mems, fits = [], []
+        for t in targets:
+            if t == "cpu":
+                continue
+            r = by.get((p, t))
+            if r is None or "error" in r:
+                mems.append("-")
+                continue
+            mems.append(f"{_mb(r['generated_code_size_in_bytes'])} / {_mb(r['argument_size_in_bytes'])} / "
+                        f"{_mb(r['temp_size_in_bytes'])}")
+            fits.append(f"{t.split(':')[0]} {'yes' if r.get('fits') else 'no'}")
+        lines.append(f"| {p} | " + " | ".join(cells) + " | " + " | ".join(mems) + f" | {', '.join(fits)} |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--targets", nargs="+", default=["cpu", "v5e:2x2", "v6e:2x2"])
+    ap.add_argument("--programs", nargs="+", default=PROGRAMS, choices=PROGRAMS)
+    ap.add_argument("--out", default=None, help="JSON lines file for the rows (default: print only)")
+    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        print(json.dumps(measure(*a.child)))
+        return
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, JAX_PLATFORMS="cpu", TPU_SKIP_MDS_QUERY="1")
+    print(f"# jax-gs programs compiled for {', '.join(a.targets)} on this host ({os.cpu_count()} cores); "
+          f"one process per compile", flush=True)
+    rows = []
+    for program in a.programs:
+        for target in a.targets:
+            t0 = time.time()
+            out = subprocess.run([sys.executable, "-m", "benchmarks.tpu_compile", "--child", program, target],
+                                 capture_output=True, text=True, cwd=root, env=env)
+            if out.returncode:
+                row = {"program": program, "target": target, "error": out.stderr.strip().splitlines()[-1][:300]}
+            else:
+                row = json.loads(out.stdout.strip().splitlines()[-1])
+            rows.append(row)
+            if "error" in row:
+                print(f"{program:>22} {target:>8}: FAILED ({time.time() - t0:.0f} s): {row['error']}", flush=True)
+            else:
+                print(f"{program:>22} {target:>8}: compile {row['compile_s']:6.1f} s (lower {row['lower_s']:.1f} s), "
+                      f"code {_mb(row['generated_code_size_in_bytes'])} MB, args {_mb(row['argument_size_in_bytes'])} MB, "
+                      f"out {_mb(row['output_size_in_bytes'])} MB, temp {_mb(row['temp_size_in_bytes'])} MB"
+                      + (f", fits one chip: {row['fits']}" if "fits" in row else ""), flush=True)
+            if a.out:
+                with open(a.out, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+    print()
+    print(table(rows, a.targets))
+    for t in a.targets:
+        if t == "cpu":
+            continue
+        for p in a.programs:
+            mine, cpu = [r for r in rows if r["program"] == p and r["target"] in (t, "cpu") and "error" not in r], None
+            by = {r["target"]: r for r in mine}
+            if t in by and "cpu" in by:
+                print(f"{p:>22}: {t} compile / cpu compile = {by[t]['compile_s'] / by['cpu']['compile_s']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

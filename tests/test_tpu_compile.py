@@ -1,0 +1,82 @@
+"""Every program kind jax-gs runs keeps compiling for TPU: a small train block (with density
+control), density control alone and an eval render, compiled on this CPU for a TPU v5e topology
+(deviceless, through libtpu: `pip install -e ".[tpu]"`), in a child process (libtpu is loaded
+there only). The full-size table is `benchmarks/tpu_compile.py`'s."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+CHILD = r"""
+import json, sys
+import numpy as np
+try:
+    from jax_backend import topology_devices
+    target = topology_devices("v5e:2x2")
+except Exception as e:  # libtpu missing or unable to load
+    print("SKIP " + (str(e).strip().splitlines() or [type(e).__name__])[0][:200]); sys.exit(0)
+import jax, jax.numpy as jnp
+from jax_backend import (Trainer, TrainConfig, compile_for, init_from_points, make_dataset, make_strategy,
+                         rasterization)
+from jax_backend.devices import abstract, platform
+
+rng = np.random.default_rng(0)
+V, W, H, N = 3, 64, 48, 2000
+points = rng.normal(size=(N, 3)) * 0.5
+viewmats = np.repeat(np.eye(4, dtype=np.float32)[None], V, 0)
+viewmats[:, 2, 3] = 3.0
+viewmats[:, 0, 3] = np.linspace(-0.1, 0.1, V)
+Ks = np.repeat(np.array([[[60.0, 0, 32], [0, 60.0, 24], [0, 0, 1]]], np.float32), V, 0)
+data = make_dataset(np.zeros((V, H, W, 3), np.uint8), viewmats, Ks)
+out = {}
+for name in ("default", "mcmc"):
+    cfg = TrainConfig(max_steps=1000, steps_per_block=5, tile_devices=1, strategy=make_strategy(name),
+                      background="random")
+    tr = Trainer(cfg, data, init_from_points(points, sh_degree=3, capacity=2048), 1.0, isect_capacity=1 << 15,
+                 log=lambda *_: None)
+    tr.state = tr.state._replace(step=jnp.int32(600))  # density control live
+    block = tr.lower_block(5, target).compile()
+    out[name] = {"temp": block.memory_analysis().temp_size_in_bytes, "sorts": block.as_text().count(" sort(")}
+    if name == "default":
+        refine = tr.lower_refine(target).compile()
+        out["refine_temp"] = refine.memory_analysis().temp_size_in_bytes
+
+def render(m, q, s, o, c, vm, K):
+    return rasterization(m, q, s, o, c, vm, K, W, H, sh_degree=3, render_mode="RGB+ED", capacity=1 << 15)[:2]
+
+args = (points, np.tile([1.0, 0, 0, 0], (N, 1)), np.full((N, 3), 0.02), np.full(N, 0.5), np.zeros((N, 16, 3)),
+        viewmats[:1], Ks[:1])
+with compile_for(target[:1]):
+    out["platform_inside"] = platform()
+    spec = abstract([np.asarray(a, np.float32) for a in args], jax.sharding.SingleDeviceSharding(target[0]))
+    low = jax.jit(render).trace(*spec).lower(lowering_platforms=("tpu",))
+out["platform_after"] = platform()
+c = low.compile()
+out["render_sorts"] = c.as_text().count(" sort(")
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_train_block_density_control_and_render_compile_for_tpu():
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+    proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    if last.startswith("SKIP"):
+        pytest.skip(f"libtpu cannot load here: {last[5:]}")
+    out = json.loads(last)
+    # the programs were built for the target's platform, and only inside compile_for
+    assert out["platform_inside"] == "tpu" and out["platform_after"] == "cpu"
+    # TPU programs sort each view's intersections once (no buffer tiers: a sort each) plus the depth order
+    assert out["render_sorts"] == 2, out
+    assert 1 <= out["default"]["sorts"] <= 6, out  # the view draw's, the depth order's, the intersections'
+    # sized to fit: 2,048 slots of state need megabytes, not the layout-padded gigabytes of [N, 3] rows
+    for name in ("default", "mcmc"):
+        assert out[name]["temp"] < 256 * 2**20, out
