@@ -15,6 +15,7 @@ Programs (`PROGRAMS`), on a capture of fern's size (20 views of 504x378) unless 
 Every compile runs in its own process, one after another in this one run.
 
     python -m benchmarks.tpu_compile [--targets cpu v5e:2x2 v6e:2x2] [--programs ...] [--out FILE]
+    python -m benchmarks.tpu_compile --targets v5e:2x2 --fit 250000 500000 1000000 2000000  # sized to fit
 
 Compile-only: nothing here has run on a TPU. The figures say how long XLA takes to compile for a
 TPU on this host, and how much HBM the compiled program asks for.
@@ -35,13 +36,18 @@ PROGRAMS = ["raster-flat-100k", "block-default", "render", "refine-default", "bl
             "raster-standard-100k", "refine-mcmc", "raster-flat-1m", "raster-standard-1m"]
 
 
-def scene_views(n: int):
-    """Gaussians (`realistic_scene`) and VIEWS cameras around its camera (small turns and shifts)."""
+def scene_views(n: int, width: int = WIDTH, height: int = HEIGHT):
+    """Gaussians (`realistic_scene`) and VIEWS cameras around its camera (small turns and shifts),
+    for images of width x height (the focal length scaled with the width: the same field of view)."""
     import numpy as np
 
     from benchmarks.rasterizer import realistic_scene
 
     means, quats, scales, opacities, colors, viewmat, K = realistic_scene(n)
+    K = K.copy()
+    K[:, 0, 0] *= width / WIDTH
+    K[:, 1, 1] *= width / WIDTH
+    K[:, 0, 2], K[:, 1, 2] = width / 2, height / 2
     viewmats = np.repeat(viewmat, VIEWS, 0)
     for i in range(VIEWS):
         a = (i - VIEWS / 2) * 0.01
@@ -51,7 +57,8 @@ def scene_views(n: int):
     return means, quats, scales, opacities, colors, viewmats, np.repeat(K, VIEWS, 0)
 
 
-def trainer_for(method: str, n: int, num_devices: int = 1):
+def trainer_for(method: str, n: int, num_devices: int = 1, width: int = WIDTH, height: int = HEIGHT,
+                isect_capacity=1 << 20):
     """The `Trainer` `ns-train <method>` builds (the plugin's settings), on a fern-size capture
     with n Gaussians alive."""
     import numpy as np
@@ -66,7 +73,7 @@ def trainer_for(method: str, n: int, num_devices: int = 1):
     model = spec.config.pipeline.model
     model.tile_devices = 1  # one device renders a view (a chip); the CPU column compiles the same program
     cfg = train_config(model, spec.config.max_num_iterations, VIEWS, spec.config.optimizers, "random")
-    means, quats, scales, opacities, colors, viewmats, Ks = scene_views(n)
+    means, quats, scales, opacities, colors, viewmats, Ks = scene_views(n, width, height)
     g = init_from_points(means, colors, sh_degree=cfg.sh_degree, capacity=next_pow2(n))
     import jax.numpy as jnp
 
@@ -74,14 +81,17 @@ def trainer_for(method: str, n: int, num_devices: int = 1):
     params = dict(g.params, scales=jnp.concatenate([jnp.log(jnp.asarray(scales, jnp.float32)),
                                                     jnp.zeros((pad, 3))]))
     g = Gaussians(params, g.alive)
-    data = make_dataset(np.zeros((VIEWS, HEIGHT, WIDTH, 3), np.uint8), viewmats, Ks)
-    tr = Trainer(cfg, data, g, 1.0, isect_capacity=1 << 20, log=lambda *_: None, num_devices=num_devices)
+    data = make_dataset(np.zeros((VIEWS, height, width, 3), np.uint8), viewmats, Ks)
+    tr = Trainer(cfg, data, g, 1.0, isect_capacity=isect_capacity, log=lambda *_: None, num_devices=num_devices)
     tr.state = tr.state._replace(step=jnp.int32(10_000))  # full resolution, SH degree 3, density control live
+    if isect_capacity is None:  # sized at full resolution, as the Trainer does when the resolution changes
+        tr.isect_capacity = tr._capacity_ahead()
     return tr
 
 
-def lowered(program: str, target):
-    """`program` lowered for `target` devices (None: this host's CPU)."""
+def lowered(program: str, target, gaussians: int = 100_000, size=(WIDTH, HEIGHT)):
+    """`program` lowered for `target` devices (None: this host's CPU); `gaussians` and `size` for
+    the blocks (`--fit`)."""
     import jax
     import jax.numpy as jnp
 
@@ -126,15 +136,19 @@ def lowered(program: str, target):
                     {"gaussians": n, "capacity": cap})
     kind, variant = program.split("-")
     method = "jax-gs-mcmc" if variant == "mcmc" else "jax-gs"
-    tr = trainer_for(method, 100_000, num_devices=4 if variant == "dp4" else 1)
-    info = {"gaussians": 100_000, "capacity": tr.capacity, "isect_capacity": tr.isect_capacity,
+    default = gaussians == 100_000 and tuple(size) == (WIDTH, HEIGHT)
+    # other sizes: the buffer the Trainer sizes itself (twice what the most demanding view needs)
+    tr = trainer_for(method, gaussians, num_devices=4 if variant == "dp4" else 1, width=size[0], height=size[1],
+                     isect_capacity=(1 << 20) if default else None)
+    info = {"gaussians": gaussians, "size": f"{size[0]}x{size[1]}", "capacity": tr.capacity,
+            "isect_capacity": tr.isect_capacity,
             "steps": tr.cfg.steps_per_block, "devices": len(tr.devices)}
     if kind == "block":
         return tr.lower_block(tr.cfg.steps_per_block, target), info
     return tr.lower_refine(target), info
 
 
-def measure(program: str, target_name: str) -> dict:
+def measure(program: str, target_name: str, gaussians: int = 100_000, size=(WIDTH, HEIGHT)) -> dict:
     """Runs in the child process: compile one program for one target."""
     import jax
 
@@ -145,7 +159,7 @@ def measure(program: str, target_name: str) -> dict:
 
         target = topology_devices(target_name)
     t0 = time.perf_counter()
-    low, info = lowered(program, target)
+    low, info = lowered(program, target, gaussians, size)
     t1 = time.perf_counter()
     compiled = low.compile()
     t2 = time.perf_counter()
@@ -192,15 +206,50 @@ def table(rows: list, targets: list) -> str:
     return "\n".join(lines)
 
 
+def fit(a):
+    """The default train block's HBM per chip at each Gaussian count and image size."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, JAX_PLATFORMS="cpu", TPU_SKIP_MDS_QUERY="1")
+    target = next(t for t in a.targets if t != "cpu")
+    chip = target.split(":")[0]
+    print(f"# the default train block (100 steps, SH 3, 20 views) compiled for {target}: HBM per chip "
+          f"(arguments + outputs + temporaries + code) against {HBM_GIB[chip]} GiB", flush=True)
+    for size in ("504x378", "1297x840"):
+        for n in a.fit:
+            out = subprocess.run([sys.executable, "-m", "benchmarks.tpu_compile", "--child", "block-default", target,
+                                  "--gaussians", str(n), "--size", size], capture_output=True, text=True, cwd=root,
+                                 env=env)
+            if out.returncode:
+                print(f"{size:>9} {n:>9}: FAILED: {out.stderr.strip().splitlines()[-1][:300]}", flush=True)
+                continue
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+            total = r["hbm_bytes"] + r["generated_code_size_in_bytes"]
+            print(f"{size:>9} {n:>9} Gaussians ({r['capacity']} slots, buffer {r['isect_capacity']}): "
+                  f"{total / 2**30:.2f} GiB (args {r['argument_size_in_bytes'] / 2**30:.2f}, "
+                  f"temp {r['temp_size_in_bytes'] / 2**30:.2f}), compile {r['compile_s']:.0f} s, "
+                  f"fits: {'yes' if r['fits'] else 'no'}", flush=True)
+            if a.out:
+                with open(a.out, "a") as f:
+                    f.write(json.dumps(r) + "\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--targets", nargs="+", default=["cpu", "v5e:2x2", "v6e:2x2"])
     ap.add_argument("--programs", nargs="+", default=PROGRAMS, choices=PROGRAMS)
     ap.add_argument("--out", default=None, help="JSON lines file for the rows (default: print only)")
+    ap.add_argument("--fit", nargs="+", type=int, metavar="GAUSSIANS",
+                    help="instead: the default train block with these Gaussian counts at 504x378 and 1297x840, "
+                         "for the first non-cpu target (the largest that fits one chip)")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--gaussians", type=int, default=100_000, help=argparse.SUPPRESS)
+    ap.add_argument("--size", default=f"{WIDTH}x{HEIGHT}", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        print(json.dumps(measure(*a.child)))
+        print(json.dumps(measure(*a.child, a.gaussians, tuple(int(v) for v in a.size.split("x")))))
+        return
+    if a.fit:
+        fit(a)
         return
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, JAX_PLATFORMS="cpu", TPU_SKIP_MDS_QUERY="1")

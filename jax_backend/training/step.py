@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from .. import array_ops
 from ..rendering import rasterization
 from .data import Dataset, ViewPlan, downscale_views
 from .gaussians import Gaussians, activated
@@ -189,8 +190,9 @@ def train_block(cfg: TrainConfig, tx, means_lr, scene_scale: float, isect_capaci
     state, metrics = jax.lax.scan(partial(train_step, cfg, tx, means_lr, isect_capacity, downscale, plan, data),
                                   state, None, length=num_steps)
     # no run ends on a refinement: nothing is densified, pruned or reset after the last step
-    state, info = jax.lax.cond(state.step < cfg.max_steps, partial(refine_state, cfg, tx, scene_scale),
-                               lambda st, _: (st, RefineInfo.none()), state, step_before)
+    # a select, not a cond (`array_ops.where_tree`: TPU layouts)
+    state, info = array_ops.where_tree(state.step < cfg.max_steps, refine_state(cfg, tx, scene_scale, state, step_before),
+                                       (state, RefineInfo.none()))
     return on_tile_devices(tx, state, cfg.tile_devices), metrics, info
 
 

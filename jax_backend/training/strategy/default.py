@@ -115,11 +115,11 @@ class DefaultStrategy:
             step_before, step_after, self.refine_every)
         if self.reset_every > 0 and self.pause_after_reset > 0:
             due = due & (step_after % self.reset_every >= self.pause_after_reset)
-        g, opt_state, stats, info = jax.lax.cond(
-            due, lambda a: self._grow_and_prune(key, tx, *a, step_after, scene_scale),
-            lambda a: a + (RefineInfo.none(),), (state.gaussians, state.opt_state, state.stats))
+        before = (state.gaussians, state.opt_state, state.stats)
+        g, opt_state, stats, info = array_ops.where_tree(
+            due, self._grow_and_prune(key, tx, *before, step_after, scene_scale), before + (RefineInfo.none(),))
         reset = (step_after <= self.refine_stop) & crossed(step_before, step_after, self.reset_every)
-        g, opt_state = jax.lax.cond(reset, lambda a: self._reset_opacity(tx, *a), lambda a: a, (g, opt_state))
+        g, opt_state = array_ops.where_tree(reset, self._reset_opacity(tx, g, opt_state), (g, opt_state))
         return state._replace(gaussians=g, opt_state=opt_state, stats=stats), info._replace(opacity_reset=reset)
 
     def _grow_and_prune(self, key, tx, g: Gaussians, opt_state, stats, step, scene_scale):
@@ -147,25 +147,29 @@ class DefaultStrategy:
 
         def grow(args):
             p, opt_state = args
-            child = gather_rows(p, src)
+            child = gather_rows(p, src)  # every per-Gaussian value of a new slot comes from this one gather
             split_child = new & split[src]
             # split: every sample drawn in the parent's own frame, scales / (0.8 n)
-            R = quat_to_rotmat(p["quats"])
-            s = jnp.exp(p["scales"])
             k1, k2 = jax.random.split(key)
-            own = jnp.einsum("nij,nj->ni", R, s * jax.random.normal(k1, s.shape))  # the parent's sample
-            drawn = jnp.einsum("nij,nj->ni", R[src], s[src] * jax.random.normal(k2, s.shape))  # each new slot's
+
+            def sample(q, log_s, k):
+                s = jnp.exp(log_s)
+                return jnp.einsum("nij,nj->ni", quat_to_rotmat(q), s * jax.random.normal(k, s.shape))
+
+            own = sample(p["quats"], p["scales"], k1)  # the parent's sample
+            drawn = sample(child["quats"], child["scales"], k2)  # each new slot's, in its parent's frame
             means = jnp.where(split[:, None], p["means"] + own, p["means"])
             means = jnp.where(split_child[:, None], child["means"] + drawn,
                               jnp.where(new[:, None], child["means"], means))
-            shrunk = p["scales"] - math.log(0.8 * n)
-            scales = jnp.where(split[:, None], shrunk, p["scales"])
-            scales = jnp.where(split_child[:, None], shrunk[src], jnp.where(new[:, None], child["scales"], scales))
+            shrink = math.log(0.8 * n)
+            scales = jnp.where(split[:, None], p["scales"] - shrink, p["scales"])
+            scales = jnp.where(split_child[:, None], child["scales"] - shrink,
+                               jnp.where(new[:, None], child["scales"], scales))
             out = dict(select_rows(new, child, p), means=means, scales=scales)
             opt_state = zero_moments(tx, opt_state, new | split)
             return out, opt_state
 
-        p, opt_state = jax.lax.cond(room, grow, lambda a: a, (p, opt_state))
+        p, opt_state = array_ops.where_tree(room, grow((p, opt_state)), (p, opt_state))  # not a cond: TPU layouts
         alive = jnp.where(room, alive | new, alive)
         # prune (also what was just added, as gsplat does)
         prune = jax.nn.sigmoid(p["opacities"]) < self.prune_opa

@@ -98,9 +98,9 @@ class MCMCStrategy:
         step_after = state.step
         due = (step_after > self.refine_start) & (step_after < self.refine_stop) & crossed(
             step_before, step_after, self.refine_every)
-        g, opt_state, info = jax.lax.cond(
-            due, lambda a: self._relocate_and_add(key, tx, *a), lambda a: a + (RefineInfo.none(),),
-            (state.gaussians, state.opt_state))
+        before = (state.gaussians, state.opt_state)
+        g, opt_state, info = array_ops.where_tree(due, self._relocate_and_add(key, tx, *before),
+                                                  before + (RefineInfo.none(),))  # not a cond: TPU layouts
         return state._replace(gaussians=g, opt_state=opt_state), info
 
     def _teleport(self, tx, g: Gaussians, opt_state, targets, sources, used):
