@@ -1,5 +1,5 @@
 """Every program kind jax-gs runs keeps compiling for TPU: a small train block (with density
-control), density control alone and an eval render, compiled on this CPU for a TPU v5e topology
+control), density control alone and an eval render, compiled on this CPU for TPU v5e and v6e topologies
 (deviceless, through libtpu: `pip install -e ".[tpu]"`), in a child process (libtpu is loaded
 there only). The full-size table is `benchmarks/tpu_compile.py`'s."""
 import json
@@ -17,7 +17,7 @@ import json, sys
 import numpy as np
 try:
     from jax_backend import topology_devices
-    target = topology_devices("v5e:2x2")
+    target = topology_devices(sys.argv[1])
 except Exception as e:  # libtpu missing or unable to load
     print("SKIP " + (str(e).strip().splitlines() or [type(e).__name__])[0][:200]); sys.exit(0)
 import jax, jax.numpy as jnp
@@ -63,9 +63,10 @@ print(json.dumps(out))
 
 
 @pytest.mark.slow
-def test_train_block_density_control_and_render_compile_for_tpu():
+@pytest.mark.parametrize("topology", ["v5e:2x2", "v6e:2x2"])
+def test_train_block_density_control_and_render_compile_for_tpu(topology):
     env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-c", CHILD, topology], capture_output=True, text=True, env=env, cwd=ROOT,
                           timeout=1800)
     assert proc.returncode == 0, proc.stderr[-4000:]
     last = proc.stdout.strip().splitlines()[-1]

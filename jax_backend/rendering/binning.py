@@ -124,7 +124,8 @@ def sort_by_tile_and_depth(tile, owner, depths, num_tiles: int):
         tile_sorted, _, ids_sorted = jax.lax.sort((tile, depth, owner), num_keys=2, is_stable=True)
         return tile_sorted, ids_sorted
     by_depth = depth_order(depths)
-    rank = jnp.zeros((n,), jnp.int32).at[by_depth].set(jnp.arange(n, dtype=jnp.int32))[owner].astype(jnp.uint32)
+    rank = jnp.zeros((n,), jnp.int32).at[by_depth].set(jnp.arange(n, dtype=jnp.int32), unique_indices=True)
+    rank = rank[owner].astype(jnp.uint32)  # (by_depth is a permutation)
     if (num_tiles + 1) * n < 2**32:
         key = jax.lax.sort(tile.astype(jnp.uint32) * jnp.uint32(n) + rank)
         tile_sorted, rank_sorted = key // jnp.uint32(n), key % jnp.uint32(n)
@@ -150,10 +151,15 @@ def _sorted_lists(size: int, lo_t, n_xy, counts, starts, total, depths, grid: Ti
     """The intersections in a buffer of `size` slots, sorted: (Gaussian ids [size], tile bounds [T+1])."""
     n = counts.shape[0]
     # Owner of slot k: the Gaussian whose [start, end) holds k. Scatter each non-empty Gaussian's
-    # id at its start, then a running max fills the slots in between: O(N + M), no search.
+    # id at its start, then a running max fills the slots in between: O(N + M), no search. The
+    # non-empty Gaussians' starts are distinct; the empty ones, and starts past a buffer too
+    # small, go to distinct slots past the end (dropped): a scatter with unique indices, which
+    # compiles for v6e in 0.3 s where the duplicate-index form became a hidden sort (12.6 s at
+    # 100k Gaussians into 2^20 slots, measured)
     slot = jnp.arange(size, dtype=jnp.int32)
     ids = jnp.arange(n, dtype=jnp.int32)
-    marks = jnp.zeros((size,), jnp.int32).at[jnp.where(counts > 0, starts, size)].max(ids, mode="drop")
+    at = jnp.where((counts > 0) & (starts < size), starts, size + ids)  # past the end: distinct too
+    marks = jnp.zeros((size,), jnp.int32).at[at].set(ids, mode="drop", unique_indices=True)
     owner = array_ops.cummax(marks)
     row, col = array_ops.small_divmod(slot - starts[owner], jnp.maximum(n_xy[owner, 0], 1))
     tx = lo_t[owner, 0] + col
