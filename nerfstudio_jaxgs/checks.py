@@ -110,6 +110,22 @@ def _check_cameras_in_json(meta: dict, frames: list, path: Path) -> None:
                 raise InputError(f"{where}: transform_matrix {problem}")
 
 
+def _check_poses_spread(dataparser, frames, path) -> None:
+    """With auto-scale-poses, nerfstudio divides by the largest camera distance from their centre:
+    where every camera sits at one point (a scene of one image) that is zero, or the rounding left
+    by centring (seen here: ~3e-8, a scale of 3e7 and a silently broken scene), depending on the
+    machine. One line instead, whichever it would be."""
+    import numpy as np
+
+    if not getattr(dataparser, "auto_scale_poses", False):
+        return
+    t = np.array([np.asarray(f["transform_matrix"], np.float64)[:3, 3] for f in frames if "transform_matrix" in f])
+    if len(t) and np.max(np.abs(t - t.mean(0))) <= 1e-6 * max(1.0, float(np.max(np.abs(t)))):
+        raise InputError(f"{path}: all {len(t)} camera position(s) coincide (a scene of one image?), so nerfstudio "
+                         f"cannot scale the poses; add images, or pass --auto-scale-poses False after the "
+                         f"dataparser's name")
+
+
 def check_scene(dataparser, data=None) -> None:
     """Raise InputError if the scene a dataparser config points at is clearly unusable."""
     name = type(dataparser).__name__
@@ -130,6 +146,7 @@ def check_scene(dataparser, data=None) -> None:
             cands.append([root / p] + [root / d / p.name for d in _IMAGE_DIRS])  # nerfstudio's downscaled copies
         _check_listed_images(cands, path)
         _check_cameras_in_json(meta, frames, path)
+        _check_poses_spread(dataparser, frames, path)
     elif name == "BlenderDataParserConfig":
         path = data / "transforms_train.json"
         if not path.is_file():
