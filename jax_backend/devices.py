@@ -44,11 +44,6 @@ def platform() -> str:
     return target_devices()[0].platform
 
 
-def compiling_only() -> bool:
-    """Inside `compile_for`: programs are lowered and compiled, never run."""
-    return _target is not None
-
-
 @contextlib.contextmanager
 def compile_for(devices: Sequence):
     """Build and compile programs for `devices` (e.g. `topology_devices("v5e:2x2")`) instead of
@@ -78,11 +73,9 @@ def topology_devices(topology: str, platform: str = "tpu", **kwargs) -> list:
 
 
 def abstract(tree, sharding):
-    """`tree`'s arrays as `jax.ShapeDtypeStruct`s placed by `sharding` (a Sharding, or a function
-    of the leaf giving one): what `jit(f).trace(...)` takes to compile for devices it cannot
-    reach."""
-    pick = sharding if callable(sharding) else (lambda _: sharding)
-    return jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=pick(x)), tree)
+    """`tree`'s arrays as `jax.ShapeDtypeStruct`s placed by `sharding`: what `jit(f).trace(...)`
+    takes to compile for devices it cannot reach."""
+    return jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=sharding), tree)
 
 
 # -- CPU cores

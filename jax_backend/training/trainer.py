@@ -191,9 +191,13 @@ class Trainer:
             self._compiled[key] = self._make_block(num_steps, self.devices)
         return self._compiled[key]
 
+    def _make_refine(self, _devices=None):
+        """Density control's program (`refine_state`), not compiled yet."""
+        return jax.jit(partial(refine_state, self.cfg, self.tx, self.scene_scale))
+
     def _refine_fn(self):
         if "refine" not in self._compiled:
-            self._compiled["refine"] = jax.jit(partial(refine_state, self.cfg, self.tx, self.scene_scale))
+            self._compiled["refine"] = self._make_refine()
         return self._compiled["refine"]
 
     # -- compiling for other devices (no run)
@@ -231,8 +235,7 @@ class Trainer:
             return self._refine_fn().lower(self.state, step)
         if self.parallel:
             raise ValueError("lower_refine compiles the one-device program: use a trainer with num_devices 1")
-        return self._lower_for(target, lambda _: jax.jit(partial(refine_state, self.cfg, self.tx, self.scene_scale)),
-                               (self.state, step))
+        return self._lower_for(target, self._make_refine, (self.state, step))
 
     # -- one block, in named pieces
     def _dispatch(self, num_steps: int):
