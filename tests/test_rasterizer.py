@@ -179,32 +179,63 @@ def test_bad_inputs_raise_clear_errors():
                       sh_degree=1)
 
 
-def test_one_key_sort_orders_intersections_as_the_two_key_sort():
-    """The binning's one-key sort (tile x N + depth rank) gives the (tile, depth, id) order of the
-    two-key stable sort it replaces, ties in depth included; scenes too large for 32-bit keys sort
-    (tile, rank) pairs as 64-bit keys, in the same order."""
-    from jax_backend.rendering.binning import sort_by_tile_and_depth
+@pytest.fixture(params=["cpu", "tpu"])
+def sort_policy(request, monkeypatch):
+    """The binning's sorts as this CPU runs them, and as they are built for a TPU (radix sorts,
+    one buffer tier), both checked here on the CPU."""
+    if request.param == "cpu":
+        yield "cpu"
+        return
+    from jax_backend import array_ops, devices
+
+    calls = []
+    radix_sort = array_ops.radix_sort
+    monkeypatch.setattr(devices, "platform", lambda: "tpu")
+    monkeypatch.setattr(array_ops, "radix_sort", lambda *a, **k: calls.append(1) or radix_sort(*a, **k))
+    jax.clear_caches()  # no program traced for the CPU's policy is reused
+    yield "tpu"
+    jax.clear_caches()
+    assert calls, "the TPU policy's radix sort was not used"
+
+
+def test_radix_sort_is_the_stable_argsort():
+    """`array_ops.radix_sort` (the TPU's sort) gives numpy's stable order, ties included, and
+    carries a payload along."""
+    from jax_backend.array_ops import radix_sort
+
+    rng = np.random.default_rng(0)
+    for n, bits in [(1, 5), (2, 1), (1000, 10), (70000, 32)]:
+        k = rng.integers(0, 2**bits, n, dtype=np.uint64).astype(np.uint32)
+        k[: n // 3] = k[n // 3: 2 * (n // 3)]  # ties
+        keys, order = jax.jit(radix_sort, static_argnums=1)(k, bits)
+        expected = np.argsort(k, kind="stable")
+        np.testing.assert_array_equal(np.asarray(order), expected)
+        np.testing.assert_array_equal(np.asarray(keys), k[expected])
+        v = rng.normal(size=n).astype(np.float32)
+        np.testing.assert_array_equal(np.asarray(radix_sort(k, bits, values=v)[1]), v[expected])
+
+
+def test_sort_by_tile_keeps_the_depth_order(sort_policy):
+    """Slots laid out in depth order, sorted by tile: the (tile, depth rank) order, for 32-bit keys
+    and for scenes too large for them ((tile, rank) pairs as 64-bit keys), on either policy."""
+    from jax_backend.rendering.binning import sort_by_tile
 
     rng = np.random.default_rng(0)
     n, m, tiles = 500, 4000, 37
-    depths = jnp.asarray(np.round(rng.uniform(0, 3, n), 1), jnp.float32)  # many ties
-    owner = jnp.asarray(np.sort(rng.integers(0, n, m)), jnp.int32)  # slots in Gaussian order, as binned
-    tile = jnp.asarray(np.where(np.arange(m) < 3500, rng.integers(0, tiles, m), tiles), jnp.int32)  # unused: last
-    t1, ids1 = sort_by_tile_and_depth(tile, owner, depths, tiles)
-    key = np.lexsort((np.asarray(owner), np.where(np.asarray(tile) < tiles, np.asarray(depths)[owner], np.inf),
-                      np.asarray(tile)))
-    used = 3500
-    np.testing.assert_array_equal(np.asarray(t1), np.asarray(tile)[key])
-    np.testing.assert_array_equal(np.asarray(ids1)[:used], np.asarray(owner)[key][:used])
-    huge = 2**32 // n  # (tiles + 1) x n no longer fits in 32 bits: the 64-bit keys
-    t2, ids2 = sort_by_tile_and_depth(tile, owner, depths, huge)
-    np.testing.assert_array_equal(np.asarray(ids2)[:used], np.asarray(ids1)[:used])
+    rank = np.sort(rng.integers(0, n, m)).astype(np.int32)  # slots front to back, as binned
+    tile = np.where(np.arange(m) < 3500, rng.integers(0, tiles, m), tiles).astype(np.int32)  # unused: last
+    key = np.lexsort((rank, tile))
+    for num_tiles in (tiles, 2**32 // n):  # the second: (tiles + 1) x n no longer fits in 32 bits
+        t, r = sort_by_tile(jnp.asarray(tile), jnp.asarray(rank), num_tiles, n)
+        np.testing.assert_array_equal(np.asarray(t), tile[key])
+        np.testing.assert_array_equal(np.asarray(r), rank[key])
 
 
 @pytest.mark.parametrize("n", [1, 700, 32768, 70000])
-def test_depth_order_is_the_stable_argsort(n):
-    """The depth order from one sort of (depth bits, id) keys is numpy's stable argsort (ties by
-    id), with exact ties (MCMC copies), -0 and 0, infinities and NaNs."""
+def test_depth_order_is_the_stable_argsort(n, sort_policy):
+    """The depth order from one sort of (depth bits, id) keys (on TPU: a radix sort of the depth
+    bits) is numpy's stable argsort (ties by id), with exact ties (MCMC copies), -0 and 0,
+    infinities and NaNs."""
     from jax_backend.rendering.binning import depth_order
 
     rng = np.random.default_rng(n)
@@ -218,7 +249,7 @@ def test_depth_order_is_the_stable_argsort(n):
     np.testing.assert_array_equal(order, expected)
 
 
-def test_binning_on_the_smallest_buffer_tier_gives_every_tiles_list():
+def test_binning_on_the_smallest_buffer_tier_gives_every_tiles_list(sort_policy):
     """The binning sorts in the smallest of its buffer sizes that holds a view's intersections
     (`buffer_tiers`): each tile's list is every Gaussian whose box touches it, front to back (ties
     by id), checked against lists built in numpy from the boxes, whichever tier a view lands in;
@@ -228,8 +259,11 @@ def test_binning_on_the_smallest_buffer_tier_gives_every_tiles_list():
     from jax_backend.rendering.tiles import TileGrid
 
     capacity = 1 << 17
-    assert buffer_tiers(capacity) == [1 << 14, 1 << 15, 1 << 16, capacity]
-    assert buffer_tiers(1 << 12) == [1 << 12] and buffer_tiers(3 * (1 << 14)) == [3 << 13, 3 << 14]
+    if sort_policy == "tpu":  # one tier: each compiles its own sort
+        assert buffer_tiers(capacity) == [capacity]
+    else:
+        assert buffer_tiers(capacity) == [1 << 14, 1 << 15, 1 << 16, capacity]
+        assert buffer_tiers(1 << 12) == [1 << 12] and buffer_tiers(3 * (1 << 14)) == [3 << 13, 3 << 14]
     w, h = 160, 128
     grid = TileGrid(w, h, 16)
     vms, Ks = cameras(w, h, n=1)
@@ -261,4 +295,4 @@ def test_binning_on_the_smallest_buffer_tier_gives_every_tiles_list():
             hit = np.flatnonzero((lo[:, 0] <= tx) & (tx < lo[:, 0] + nxy[:, 0]) & (lo[:, 1] <= ty) & (ty < lo[:, 1] + nxy[:, 1]))
             expected = hit[np.lexsort((hit, depth[hit]))]
             np.testing.assert_array_equal(ids[start[t]:end[t]], expected, err_msg=f"tile {t}, {total} intersections")
-    assert len(seen) == 5, seen  # every tier and an overflow were exercised
+    assert len(seen) == len(buffer_tiers(capacity)) + 1, seen  # every tier and an overflow were exercised

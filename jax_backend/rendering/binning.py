@@ -1,8 +1,8 @@
 """Tile binning with static shapes: every (Gaussian, tile) intersection in a fixed-capacity buffer.
 
-counts per Gaussian -> cumsum -> owner of each buffer slot -> (tile, depth) sort -> per-tile
-ranges by searchsorted, on the smallest of a few buffer sizes that holds the view's
-intersections. Nothing is capped per tile or per Gaussian; when the buffer is too small
+depth order -> counts per Gaussian, front to back -> cumsum -> owner of each buffer slot -> sort
+by tile, the depth order kept -> per-tile ranges by searchsorted, on the smallest of a few buffer
+sizes that holds the view's intersections. Nothing is capped per tile or per Gaussian; when the buffer is too small
 `overflow` says so (the eager entry point then grows it and renders again).
 """
 from __future__ import annotations
@@ -88,50 +88,47 @@ def sort_pairs(hi, lo):
         return (key >> jnp.uint64(32)).astype(jnp.uint32), (key & jnp.uint64(0xFFFFFFFF)).astype(jnp.uint32)
 
 
-def _pairs_sort_ok() -> bool:
-    """TPUs emulate 64-bit integers: there the comparator sorts stay."""
-    return devices.platform() != "tpu"
+def _radix() -> bool:
+    """On TPU the binning sorts by `array_ops.radix_sort`: XLA's sort of 2^17-2^20 keys compiles
+    there for 11 s (v5e) to 25-41 s (v6e) each, the radix sorts in 2-4 s; TPUs also emulate the
+    64-bit keys of `sort_pairs`. Elsewhere `lax.sort` runs faster (5x on this CPU)."""
+    return devices.platform() == "tpu"
 
 
 def depth_order(depths):
     """[N] int32 Gaussian ids front to back: `jnp.argsort(depths, stable=True)` (ties by id), as
-    one sort of (depth bits, id) pairs (`sort_pairs`). Ties are common: MCMC relocation copies
-    Gaussians exactly."""
+    one sort of (depth bits, id) pairs (`sort_pairs`), or on TPU a radix sort of the depth bits.
+    Ties are common: MCMC relocation copies Gaussians exactly."""
     n = depths.shape[0]
-    if not _pairs_sort_ok():
-        return jnp.argsort(depths, stable=True).astype(jnp.int32)
+    if _radix():
+        return array_ops.radix_sort(sortable_bits(depths), 32)[1]
     return sort_pairs(sortable_bits(depths), jnp.arange(n, dtype=jnp.uint32))[1].astype(jnp.int32)
 
 
-def sort_by_tile_and_depth(tile, owner, depths, num_tiles: int):
-    """Intersections in (tile, depth, Gaussian id) order: the rasterizers' front-to-back lists.
+def sort_by_tile(tile, rank, num_tiles: int, n: int):
+    """Intersections laid out in depth order, sorted by tile with the depth order kept.
 
     Args:
       tile: [M] int32 tile of each intersection (`num_tiles` for unused slots, sorted last).
-      owner: [M] int32 its Gaussian; depths: [N] view depth of every Gaussian.
+      rank: [M] int32 the depth rank (`depth_order` position, below `n`) of its Gaussian,
+        nondecreasing along the slots.
 
     Returns:
-      (tile [M], Gaussian id [M]) sorted.
+      (tile [M], rank [M]) in (tile, rank) order.
 
-    Each intersection's key is its tile and its Gaussian's depth rank (the stable depth order:
-    ties by id), and the keys alone are sorted: one u32 key, tile x N + rank, when
-    (num_tiles + 1) x N fits in 32 bits (5-8x faster on a CPU than the two-key sort with its
-    payload, measured), else the (tile, rank) pairs (`sort_pairs`).
+    On TPU a stable radix sort of the tiles alone (the slots are already in depth order). Else
+    the keys alone are sorted: one u32 key, tile x n + rank, when (num_tiles + 1) x n fits in 32
+    bits (5-8x faster on a CPU than a two-key sort with its payload, measured), else the
+    (tile, rank) pairs (`sort_pairs`).
     """
-    n = depths.shape[0]
-    if not _pairs_sort_ok() and (num_tiles + 1) * n >= 2**32:
-        depth = jnp.where(tile < num_tiles, depths[owner], jnp.inf)
-        tile_sorted, _, ids_sorted = jax.lax.sort((tile, depth, owner), num_keys=2, is_stable=True)
-        return tile_sorted, ids_sorted
-    by_depth = depth_order(depths)
-    rank = jnp.zeros((n,), jnp.int32).at[by_depth].set(jnp.arange(n, dtype=jnp.int32), unique_indices=True)
-    rank = rank[owner].astype(jnp.uint32)  # (by_depth is a permutation)
-    if (num_tiles + 1) * n < 2**32:
-        key = jax.lax.sort(tile.astype(jnp.uint32) * jnp.uint32(n) + rank)
+    if _radix():
+        tile_sorted, rank_sorted = array_ops.radix_sort(tile, int(num_tiles).bit_length(), values=rank)
+    elif (num_tiles + 1) * n < 2**32:
+        key = jax.lax.sort(tile.astype(jnp.uint32) * jnp.uint32(n) + rank.astype(jnp.uint32))
         tile_sorted, rank_sorted = key // jnp.uint32(n), key % jnp.uint32(n)
     else:
-        tile_sorted, rank_sorted = sort_pairs(tile.astype(jnp.uint32), rank)
-    return tile_sorted.astype(jnp.int32), by_depth[rank_sorted.astype(jnp.int32)]
+        tile_sorted, rank_sorted = sort_pairs(tile.astype(jnp.uint32), rank.astype(jnp.uint32))
+    return tile_sorted.astype(jnp.int32), rank_sorted.astype(jnp.int32)
 
 
 def buffer_tiers(capacity: int) -> list:
@@ -147,27 +144,32 @@ def buffer_tiers(capacity: int) -> list:
     return sizes[::-1]
 
 
-def _sorted_lists(size: int, lo_t, n_xy, counts, starts, total, depths, grid: TileGrid):
-    """The intersections in a buffer of `size` slots, sorted: (Gaussian ids [size], tile bounds [T+1])."""
+def _sorted_lists(size: int, lo_t, n_xy, by_depth, counts, starts, total, grid: TileGrid):
+    """The intersections in a buffer of `size` slots, sorted: (Gaussian ids [size], tile bounds [T+1]).
+
+    `counts` and `starts` are in depth order (`by_depth`): the slots are laid out front to back,
+    so sorting them by tile with that order kept gives each tile's front-to-back list."""
     n = counts.shape[0]
-    # Owner of slot k: the Gaussian whose [start, end) holds k. Scatter each non-empty Gaussian's
-    # id at its start, then a running max fills the slots in between: O(N + M), no search. The
-    # non-empty Gaussians' starts are distinct; the empty ones, and starts past a buffer too
-    # small, go to distinct slots past the end (dropped): a scatter with unique indices, which
-    # compiles for v6e in 0.3 s where the duplicate-index form became a hidden sort (12.6 s at
-    # 100k Gaussians into 2^20 slots, measured)
+    # Depth rank of slot k's Gaussian: the one whose [start, end) holds k. Scatter each non-empty
+    # Gaussian's rank at its start, then a running max fills the slots in between: O(N + M), no
+    # search. The non-empty Gaussians' starts are distinct; the empty ones, and starts past a
+    # buffer too small, go to distinct slots past the end (dropped): a scatter with unique
+    # indices, which compiles for v6e in 0.3 s where the duplicate-index form became a hidden
+    # sort (12.6 s at 100k Gaussians into 2^20 slots, measured)
     slot = jnp.arange(size, dtype=jnp.int32)
-    ids = jnp.arange(n, dtype=jnp.int32)
-    at = jnp.where((counts > 0) & (starts < size), starts, size + ids)  # past the end: distinct too
-    marks = jnp.zeros((size,), jnp.int32).at[at].set(ids, mode="drop", unique_indices=True)
-    owner = array_ops.cummax(marks)
-    row, col = array_ops.small_divmod(slot - starts[owner], jnp.maximum(n_xy[owner, 0], 1))
+    ranks = jnp.arange(n, dtype=jnp.int32)
+    at = jnp.where((counts > 0) & (starts < size), starts, size + ranks)  # past the end: distinct too
+    marks = jnp.zeros((size,), jnp.int32).at[at].set(ranks, mode="drop", unique_indices=True)
+    rank = array_ops.cummax(marks)
+    owner = by_depth[rank]
+    row, col = array_ops.small_divmod(slot - starts[rank], jnp.maximum(n_xy[owner, 0], 1))
     tx = lo_t[owner, 0] + col
     ty = lo_t[owner, 1] + row
     in_use = slot < total
     tile = jnp.where(in_use, ty * grid.tiles_x + tx, grid.num_tiles).astype(jnp.int32)
-    tile_sorted, ids_sorted = sort_by_tile_and_depth(tile, owner, depths, grid.num_tiles)
-    return ids_sorted, jnp.searchsorted(tile_sorted, jnp.arange(grid.num_tiles + 1, dtype=jnp.int32), side="left")
+    tile_sorted, rank_sorted = sort_by_tile(tile, rank, grid.num_tiles, n)
+    return by_depth[rank_sorted], jnp.searchsorted(tile_sorted, jnp.arange(grid.num_tiles + 1, dtype=jnp.int32),
+                                                   side="left")
 
 
 def bin_gaussians(proj: Projected, grid: TileGrid, capacity: int) -> Bins:
@@ -186,15 +188,18 @@ def bin_gaussians(proj: Projected, grid: TileGrid, capacity: int) -> Bins:
     fraction of it: the owner search and the sort (the binning's cost) run on the smallest of
     `buffer_tiers(capacity)` that holds this view's intersections (`lax.switch`), and the slots
     past it are left empty (id 0, in no tile's range). The lists are those of the full buffer.
+    The slots are laid out front to back: a buffer too small keeps the nearest Gaussians'.
     """
     lo_t, n_xy = tile_rect(proj, grid)
     counts = n_xy[:, 0] * n_xy[:, 1]
-    ends = array_ops.cumsum(counts)
-    starts = ends - counts
+    by_depth = depth_order(proj.depths)
+    counts_by_depth = counts[by_depth]
+    ends = array_ops.cumsum(counts_by_depth)  # the slots front to back
+    starts = ends - counts_by_depth
     total = ends[-1]
 
     def at(size):
-        ids, bounds = _sorted_lists(size, lo_t, n_xy, counts, starts, total, proj.depths, grid)
+        ids, bounds = _sorted_lists(size, lo_t, n_xy, by_depth, counts_by_depth, starts, total, grid)
         return jnp.pad(ids, (0, capacity - size)), bounds
 
     sizes = buffer_tiers(capacity)
