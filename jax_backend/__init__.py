@@ -48,6 +48,7 @@ _EXPORTS = {
     "random_init_box": "training.gaussians",
     "render_gaussians": "training.gaussians",
     "rgb_to_sh0": "training.gaussians",
+    "sh0_to_rgb": "training.gaussians",
     "photometric_loss": "training.loss",
     "psnr": "training.loss",
     "scale_regularization": "training.loss",

@@ -199,6 +199,19 @@ class JaxGSModel(SplatfactoModel):
     def features_rest(self):
         return self._views()["shN"]
 
+    # jax-gs keeps the DC term as an SH coefficient at every degree; splatfacto's `colors` and
+    # `shs_0`, which nerfstudio's exporter reads, take it as a colour logit at SH degree 0
+    @property
+    def shs_0(self):
+        return self.features_dc
+
+    @property
+    def colors(self):
+        """The DC colour as jax-gs renders it, at every SH degree."""
+        from jax_backend import sh0_to_rgb
+
+        return sh0_to_rgb(self.features_dc)
+
     # ------------------------------------------------------------------ nerfstudio hooks
     def get_param_groups(self) -> Dict[str, List[torch.nn.Parameter]]:
         return {}
@@ -264,9 +277,12 @@ class JaxGSModel(SplatfactoModel):
                                          rasterize_mode=self.config.rasterize_mode,
                                          keep=keep, tile_devices=self._render_tile_devices)
         colors, alpha = colors[:h, :w], alpha[:h, :w]  # numpy: no program per size
+        depth = colors[..., 3:4]
+        if (alpha > 0).any():  # as splatfacto: pixels nothing covers at the image's farthest depth
+            depth = np.where(alpha > 0, depth, depth.max())
         return {
             "rgb": torch.from_numpy(np.clip(colors[..., :3], 0.0, 1.0).copy()),
-            "depth": torch.from_numpy(colors[..., 3:4].copy()),
+            "depth": torch.from_numpy(np.ascontiguousarray(depth, np.float32)),
             "accumulation": torch.from_numpy(alpha.copy()),
             "background": torch.from_numpy(bg.copy()),
         }

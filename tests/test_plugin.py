@@ -353,3 +353,54 @@ def test_viewer_opens_on_a_forward_facing_capture(tmp_path):
           "--vis", "tensorboard", "--machine.device-type", "cpu", "--pipeline.model.steps-per-block", "50",
           "--output-dir", tmp_path, "nerfstudio-data"])
     viewer_shows_the_render(tmp_path / "ff" / "jax-gs" / "a" / "config.yml", tmp_path)
+
+
+@pytest.mark.parametrize("sh_degree", [0, 3])
+@pytest.mark.parametrize("color_mode", ["sh_coeffs", "rgb"])
+def test_nerfstudio_exporter_writes_the_colours_jax_gs_renders(tmp_path, monkeypatch, sh_degree, color_mode):
+    """`ns-export gaussian-splat` (nerfstudio's own code) on a jax-gs model: the PLY's DC is the
+    model's at every SH degree (splatfacto reads a colour logit at degree 0; jax-gs keeps SH
+    coefficients), read back with plyfile; in rgb mode the colours are those jax-gs renders."""
+    plyfile = pytest.importorskip("plyfile")
+    import nerfstudio.scripts.exporter as exporter
+    from nerfstudio.data.scene_box import SceneBox
+
+    from jax_backend.rendering import SH_C0
+    from nerfstudio_jaxgs.model import JaxGSModelConfig
+
+    cfg = JaxGSModelConfig(num_random=300, random_scale=2.0, sh_degree=sh_degree)
+    model = cfg.setup(scene_box=SceneBox(aabb=torch.tensor([[-1.0, -1, -1], [1, 1, 1]])), num_train_data=1,
+                      seed_points=None)
+    pipeline = type("P", (), {"model": model})()
+    monkeypatch.setattr(exporter, "eval_setup", lambda *a, **kw: (None, pipeline, None, None))
+    exporter.ExportGaussianSplat(load_config=tmp_path / "unused.yml", output_dir=tmp_path,
+                                 ply_color_mode=color_mode).main()
+    v = plyfile.PlyData.read(str(tmp_path / "splat.ply"))["vertex"]
+    dc = model.features_dc.numpy()
+    keep = np.isin(model.means.numpy()[:, 0], v["x"])  # the exporter leaves out non-finite and faint rows
+    assert keep.sum() == len(v["x"]) > 0
+    if color_mode == "sh_coeffs":
+        got = np.stack([v[f"f_dc_{i}"] for i in range(3)], -1)
+        np.testing.assert_allclose(got, dc[keep], rtol=1e-6, atol=1e-7)
+    else:
+        rendered = np.clip(dc[keep] * SH_C0 + 0.5, 0, 1)  # the colour jax-gs draws from the DC term
+        got = np.stack([v["red"], v["green"], v["blue"]], -1).astype(np.float64) / 255
+        assert np.abs(got - rendered).max() <= 1 / 255 + 1e-6
+
+
+def test_depth_of_empty_pixels_is_the_far_depth_as_splatfacto():
+    """`get_outputs`' depth: expected depth where something is drawn, and (as splatfacto) the
+    image's largest depth where nothing is, so the viewer's depth colormap and `ns-render`'s
+    depth output read the same as splatfacto's."""
+    from nerfstudio.cameras.cameras import Cameras
+
+    model = _model(num_random=300)  # random Gaussians in the cube [-1, 1]^3
+    c2w = torch.eye(4)[:3]
+    c2w[:3, 3] = torch.tensor([0.0, 0.0, 6.0])  # the cube small in the middle of the image
+    out = model.get_outputs(Cameras(camera_to_worlds=c2w[None], fx=60.0, fy=60.0, cx=64.0, cy=48.0, width=128,
+                                    height=96))
+    depth, acc = out["depth"][..., 0].numpy(), out["accumulation"][..., 0].numpy()
+    empty, drawn = acc == 0, acc > 0
+    assert empty.any() and drawn.any()
+    assert np.all(depth[empty] == depth.max())
+    assert depth[drawn].min() > 4.0 and depth.max() < 8.0  # the cube's depths, seen from z = 6

@@ -79,9 +79,10 @@ def test_train_block_density_control_and_render_compile_for_tpu(topology):
     out = json.loads(last)
     # the programs were built for the target's platform, and only inside compile_for
     assert out["platform_inside"] == "tpu" and out["platform_after"] == "cpu"
-    # TPU programs sort each view's intersections once (no buffer tiers: a sort each) plus the depth order
-    assert out["render_sorts"] == 2, out
-    assert 1 <= out["default"]["sorts"] <= 6, out  # the view draw's, the depth order's, the intersections'
+    # TPU programs bin by radix sorts (array_ops.radix_sort), not XLA's sort (25-41 s each for a v6e);
+    # the train block keeps the small ones (the view draw's, the tiles' workload order)
+    assert out["render_sorts"] == 0, out
+    assert out["default"]["sorts"] <= 4, out
     # sized to fit: 2,048 slots of state need megabytes, not the layout-padded gigabytes of [N, 3] rows
     for name in ("default", "mcmc"):
         assert out[name]["temp"] < 256 * 2**20, out

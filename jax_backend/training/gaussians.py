@@ -35,6 +35,11 @@ def rgb_to_sh0(rgb):
     return (rgb - 0.5) / SH_C0
 
 
+def sh0_to_rgb(sh0):
+    """The SH DC coefficient -> the RGB it renders (before clamping; numpy, JAX or torch arrays)."""
+    return sh0 * SH_C0 + 0.5
+
+
 def activated(params: dict, alive):
     """What the renderer takes.
 

@@ -17,23 +17,48 @@ def gaussian_window(size: int = 11, sigma: float = 1.5) -> np.ndarray:
     return (w / w.sum()).astype(np.float32)
 
 
-def _blur(x, window, padding):
-    """Separable blur of [..., H, W, C] images along H and W, each channel on its own: per axis a
-    weighted sum of the window's shifted slices ("same": of the zero-padded image).
+from functools import partial
 
-    The sum of slices fuses into one elementwise kernel each way, forward and backward. As
-    convolutions, SSIM's blurs made 89 of the TPU train block's kernels (its compile time goes to
-    generating kernels: 147 of 155 s for a v6e; measured with XLA's dump, 2026-12-02)."""
-    k = window.shape[0]
+
+@partial(jax.custom_vjp, nondiff_argnums=(1, 2, 3, 4))
+def _correlate(x, window: tuple, axis: int, pad_lo: int, pad_hi: int):
+    """x zero-padded along `axis`, correlated with `window` (full windows only): the weighted sum
+    of the window's shifted slices, one fused elementwise kernel."""
+    k, n = len(window), x.shape[axis]
+    pad = [(0, 0)] * x.ndim
+    pad[axis] = (pad_lo, pad_hi)
+    x = jnp.pad(x, pad)
+    out = n + pad_lo + pad_hi - k + 1
+    return sum(w * jax.lax.slice_in_dim(x, t, t + out, axis=axis) for t, w in enumerate(window))
+
+
+def _correlate_fwd(x, window, axis, pad_lo, pad_hi):
+    return _correlate(x, window, axis, pad_lo, pad_hi), None
+
+
+def _correlate_bwd(window, axis, pad_lo, pad_hi, _, g):
+    # the adjoint of a correlation is the correlation with the flipped window, padded to the full
+    # overlap: again one fused kernel (autodiff's adjoint kept each slice's padded copy: 6x the
+    # memory on a CPU)
+    k = len(window)
+    return (_correlate(g, window[::-1], axis, k - 1 - pad_lo, k - 1 - pad_hi),)
+
+
+_correlate.defvjp(_correlate_fwd, _correlate_bwd)
+
+
+def _blur(x, window, padding):
+    """Separable blur of [..., H, W, C] images along H and W, each channel on its own ("same":
+    of the zero-padded image; "valid": full windows only).
+
+    Sums of shifted slices fuse into one elementwise kernel each way, forward and backward. As
+    convolutions, SSIM's blurs made 89 of the TPU train block's kernels (a TPU compile's time goes
+    to generating kernels: 147 of 155 s for a v6e; measured with XLA's dump, 2026-12-02)."""
+    window = tuple(float(w) for w in window)
+    k = len(window)
+    lo, hi = (k // 2, k - 1 - k // 2) if padding == "same" else (0, 0)
     for axis in (x.ndim - 3, x.ndim - 2):
-        n = x.shape[axis]
-        if padding == "same":
-            pad = [(0, 0)] * x.ndim
-            pad[axis] = (k // 2, k - 1 - k // 2)
-            x, out = jnp.pad(x, pad), n
-        else:
-            out = n - k + 1
-        x = sum(float(window[t]) * jax.lax.slice_in_dim(x, t, t + out, axis=axis) for t in range(k))
+        x = _correlate(x, window, axis, lo, hi)
     return x
 
 
