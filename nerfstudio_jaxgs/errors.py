@@ -15,7 +15,9 @@ from deep inside nerfstudio, PIL or torch, and never with an interactive prompt 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
+import struct
 import sys
 from pathlib import Path
 
@@ -39,10 +41,44 @@ def user_errors(what: str):
         name = getattr(e, "filename", None)
         raise InputError(f"{what}: {name + ': ' if name else ''}{e.strerror or e}") from None
     except Exception as e:  # noqa: BLE001
-        line = _nerfstudio_failure(e)
+        line = _colmap_failure(e) or _nerfstudio_failure(e)
         if line is None:
             raise
         raise InputError(f"{what}: {line}") from None
+
+
+_COLMAP_READERS = {"read_cameras_binary": "cameras", "read_images_binary": "images", "read_points3D_binary": "points",
+                   "read_cameras_text": "cameras", "read_images_text": "images", "read_points3D_text": "points"}
+
+
+def _colmap_failure(exc: BaseException):
+    """One line for an exception raised while nerfstudio's COLMAP reader parsed a model file: the
+    file, and whether it is empty, cut short or not a COLMAP model. None for other exceptions."""
+    tb, reader = exc.__traceback__, None
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_name in _COLMAP_READERS and code.co_filename.endswith("colmap_parsing_utils.py"):
+            reader = tb.tb_frame
+        tb = tb.tb_next
+    if reader is None:
+        return None
+    local = reader.f_locals
+    path = Path(local.get("path_to_model_file") or local.get("path"))
+    size = path.stat().st_size if path.is_file() else 0
+    if size == 0:
+        return f"COLMAP model file {path} is empty"
+    what = _COLMAP_READERS[reader.f_code.co_name]
+    error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}".rstrip(": ")
+    if reader.f_code.co_name.endswith("_text"):
+        line = str(local.get("line", "")).strip()
+        return f"{path} is not a COLMAP text model ({error}{f' at the line {line[:60]!r}' if line else ''})"
+    with open(path, "rb") as f:
+        count = int.from_bytes(f.read(8), "little") if size >= 8 else None
+    if count is None or count >= 1 << 32:  # a record count no capture has: another kind of file
+        return f"{path} is not a COLMAP binary model (its first 8 bytes do not hold a count of {what}: {error})"
+    if isinstance(exc, struct.error):
+        return f"COLMAP model file {path} is cut short: it declares {count} {what} but ends after {size} bytes"
+    return f"{path} is not a readable COLMAP binary model ({error})"
 
 
 # nerfstudio source lines whose failure has a known cause, and what to say
@@ -139,11 +175,39 @@ def _missing_config(exc, tb):
     return None
 
 
+def _disk_full(exc, tb):
+    """One line for a write that ran out of space outside jax-gs's own writers (nerfstudio's
+    config.yml, its logs, ns-eval's JSON): the file, and what is free. None for other errors."""
+    from jax_backend.files import out_of_space
+    from jax_backend.files.fileio import disk_full_error
+
+    if not isinstance(exc, Exception) or not out_of_space(exc):
+        return None
+    path, e = None, exc
+    while e is not None and path is None:  # the OSError's own file name ...
+        path = getattr(e, "filename", None) if isinstance(e, OSError) else None
+        e = e.__cause__ or e.__context__
+    files = []  # ... or the Path a pathlib write was writing, or the innermost open file's name
+    while path is None and tb is not None:
+        local = tb.tb_frame.f_locals
+        if isinstance(local.get("self"), Path) and tb.tb_frame.f_code.co_filename.endswith("pathlib.py"):
+            path = local["self"]
+        files += [v.name for v in local.values() if isinstance(v, io.IOBase) and isinstance(getattr(v, "name", None), str)]
+        tb = tb.tb_next
+    path = path if path is not None else (files[-1] if files else None)
+    if path is None:
+        return "no space left on the device (a write failed with ENOSPC)"
+    return str(disk_full_error(path, atomic=False))
+
+
 def _one_line(exc_type, exc, tb):
     torch_path, load_path = _checkpoint_paths(tb)
-    if isinstance(exc, InputError) or (type(exc).__module__.startswith("jax_backend.")
-                                       and exc_type.__name__ in ("CheckpointError", "PlyError", "NonFiniteError")):
+    if isinstance(exc, InputError) or (type(exc).__module__.startswith("jax_backend.") and exc_type.__name__ in
+                                       ("CheckpointError", "PlyError", "NonFiniteError", "DiskFullError")):
         return f"{exc} ({load_path})" if load_path is not None and str(load_path) not in str(exc) else str(exc)
+    full = _disk_full(exc, tb)
+    if full is not None:
+        return full
     config = _missing_config(exc, tb)
     if config is not None:
         return f"config file {config} does not exist (--load-config takes the config.yml of a training run)"

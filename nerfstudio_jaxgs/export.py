@@ -94,6 +94,6 @@ def write_ply_atomic(filename: str, count: int, map_to_tensors) -> None:
         raise InputError(f"nothing to export to {filename}: the model has no Gaussian with finite values and "
                          f"opacity above 1/255 (was training diverging?)")
     header, records = ply_bytes(int(count), map_to_tensors)
-    with atomic_open(filename) as f:
+    with atomic_open(filename, size=len(header) + records.nbytes) as f:
         f.write(header)
         f.write(records.tobytes())

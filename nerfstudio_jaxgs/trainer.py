@@ -1,9 +1,20 @@
 """Trainer: nerfstudio's, except that one iteration runs a whole compiled block of steps and no
 torch backward happens. Step counts, logs, eval, checkpoints and the viewer follow the block:
-anything due at a step inside a block runs right after it."""
+anything due at a step inside a block runs right after it.
+
+Ctrl-C (SIGINT) or SIGTERM while training: the block under way finishes, a checkpoint of the state
+reached is written (atomically) and the run ends with one line naming it and the command that
+resumes it; a second Ctrl-C ends the process at once, writing nothing more."""
 from __future__ import annotations
 
+import atexit
+import contextlib
+import os
 import re
+import shlex
+import signal
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +57,87 @@ def resolve_load_dir(load_dir: Path, load_step: Optional[int]):
     if load_step is not None and load_step not in steps:
         raise InputError(f"--load-step {load_step}: {load_dir} has checkpoints for steps {', '.join(map(str, steps))}")
     return load_dir, (steps[-1] if load_step is None else load_step)
+
+
+_SIGNALS = {signal.SIGINT: "Ctrl-C", signal.SIGTERM: "SIGTERM"}
+
+
+class Interrupts:
+    """While active (in the main thread): the first SIGINT or SIGTERM is recorded in `.signal` for
+    the training loop to stop at the end of the block under way; a second one ends the process at
+    once (exit status 128 + the signal), writing nothing.
+
+    A watcher thread reads the signal numbers that Python's C-level handler writes to a wakeup
+    pipe the moment a signal arrives, so the second Ctrl-C acts even while the main thread waits
+    inside XLA (where Python-level handlers would only run when the block has finished)."""
+
+    def __init__(self):
+        self.signal = None
+        self._active = False
+
+    def __enter__(self):
+        if threading.current_thread() is not threading.main_thread():
+            return self  # only the main thread can set handlers (the viewer trains in the main one)
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)
+        self._previous = {s: signal.signal(s, lambda *_: None) for s in _SIGNALS}
+        self._previous_fd = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
+        self._active = True
+        self._watcher = threading.Thread(target=self._watch, name="jax-gs-interrupts", daemon=True)
+        self._watcher.start()
+        return self
+
+    def _watch(self):
+        while True:
+            data = os.read(self._read, 64)
+            if not data or 0 in data:  # closed, or `__exit__`'s stop byte
+                return
+            for num in data:
+                if num not in _SIGNALS:
+                    continue
+                if self.signal is None:
+                    self.signal = num
+                    sys.stderr.write(f"\n[jax-gs] {_SIGNALS[num]}: stopping at the end of this block to save a "
+                                     f"checkpoint (press Ctrl-C again to stop at once, without saving)\n")
+                    sys.stderr.flush()
+                else:
+                    sys.stderr.write(f"\n[jax-gs] {_SIGNALS[num]} again: stopped at once, nothing saved since "
+                                     f"the last checkpoint\n")
+                    sys.stderr.flush()
+                    os._exit(128 + num)
+
+    def __exit__(self, *exc):
+        if not self._active:
+            return False
+        signal.set_wakeup_fd(self._previous_fd)
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        os.write(self._write, b"\0")
+        self._watcher.join()
+        os.close(self._read)
+        os.close(self._write)
+        self._active = False
+        return False
+
+
+def resume_command(argv: list, method: str, load_dir: Path, remaining: int) -> str:
+    """The ns-train command line of this run (`argv`: sys.argv) that continues it from the
+    checkpoints in `load_dir` for the `remaining` steps: the same arguments, with `--load-dir`
+    and `--max-num-iterations` (and no other checkpoint choice) right after the method's name."""
+    drop = {"--load-dir", "--load-step", "--load-checkpoint", "--max-num-iterations"}
+    args, skip = [], False
+    for a in argv[1:]:
+        if skip:
+            skip = False
+            continue
+        key = a.split("=", 1)[0].replace("_", "-")
+        if key in drop:
+            skip = "=" not in a
+            continue
+        args.append(a)
+    at = args.index(method) + 1 if method in args else 0
+    args[at:at] = ["--load-dir", str(load_dir), "--max-num-iterations", str(remaining)]
+    return shlex.join(["ns-train", *args])
 
 
 @dataclass
@@ -92,14 +184,45 @@ class JaxGSTrainer(Trainer):
             self.pipeline.ensure_engine(end, self.config.optimizers)
         snapshots = self.pipeline.make_snapshots(self.base_dir / "snapshots")
         try:
-            self._train_blocks(done, end, block, snapshots)
-        finally:
+            with Interrupts() as interrupts:
+                print(f"[jax-gs] training steps {done + 1}-{end} in blocks of {block} (Ctrl-C stops after the block "
+                      f"under way and saves a checkpoint)", flush=True)
+                done = self._train_blocks(done, end, block, snapshots, interrupts)
+                if interrupts.signal is not None and done < end:
+                    self._stop_saving(interrupts.signal, done, end)  # raises SystemExit
+                if interrupts.signal is not None:  # the last block ended: a finished run, not kept open
+                    self.config.viewer.quit_on_train_completion = True
+        except BaseException:
             if snapshots is not None:
-                snapshots.close()  # waits for the last writes; raises if one failed
+                with contextlib.suppress(Exception):  # the error under way is the one to report
+                    snapshots.close()
+            raise
+        if snapshots is not None:
+            snapshots.close()  # waits for the last writes; raises if one failed
         self._after_train()
 
-    def _train_blocks(self, done: int, end: int, block: int, snapshots) -> None:
-        while done < end and not self.stop_training:
+    def _stop_saving(self, signum: int, done: int, end: int) -> None:
+        """After a Ctrl-C or SIGTERM: a checkpoint of the `done` steps reached (unless this run
+        trained none), one line naming it and the command that resumes, and exit 128 + signum."""
+        what = _SIGNALS[signum]
+        if done > self._start_step:
+            self.save_checkpoint(done - 1)
+            saved = f"checkpoint {self.checkpoint_dir / f'step-{done - 1:09d}.ckpt'}"
+        elif self._start_step > 0:
+            saved = f"nothing new to save (the checkpoint it started from holds step {done})"
+        else:
+            _say_last(f"jax-gs: stopped by {what} before the first block ended: no step trained, nothing saved")
+            raise SystemExit(128 + signum)
+        load_dir = (self.checkpoint_dir if done > self._start_step
+                    else self.config.load_dir or Path(self.config.load_checkpoint).parent)
+        command = resume_command(sys.argv, self.config.method_name, load_dir, end - done)
+        _say_last(f"jax-gs: stopped by {what} after {done} of {end} steps; {saved}; resume with: {command}")
+        raise SystemExit(128 + signum)
+
+    def _train_blocks(self, done: int, end: int, block: int, snapshots, interrupts) -> int:
+        """Train blocks from step `done` to `end` until done, told to stop, or interrupted (after
+        the block under way). Returns the steps done."""
+        while done < end and not self.stop_training and interrupts.signal is None:
             while self.training_state == "paused" and not self.stop_training:
                 time.sleep(0.01)
             n = min(block, end - done)
@@ -118,6 +241,7 @@ class JaxGSTrainer(Trainer):
                             * self.pipeline.model.engine.views_per_step / max(dt / n, 1e-6),
                             step=step, avg_over_steps=True)
             if snapshots is not None:
+                snapshots.check()  # out of space: stop here, the checkpoints would not fit either
                 snapshots(self.pipeline.model.engine)  # written by a background thread
             self._update_viewer_state(step)
             if crossed(before - 1, step, self.config.logging.steps_per_log) or before == 0:
@@ -129,6 +253,7 @@ class JaxGSTrainer(Trainer):
             if crossed(max(before - 1, 0), step, self.config.steps_per_save):
                 self.save_checkpoint(step)
             writer.write_out_storage()
+        return done
 
     @check_main_thread
     def save_checkpoint(self, step: int) -> None:
@@ -144,7 +269,7 @@ class JaxGSTrainer(Trainer):
             "schedulers": {k: v.state_dict() for k, v in self.optimizers.schedulers.items()},
             "scalers": self.grad_scaler.state_dict(),
         }
-        with atomic_open(ckpt_path, temp_dir=self.checkpoint_dir.parent) as f:
+        with atomic_open(ckpt_path, temp_dir=self.checkpoint_dir.parent, size=lambda: _saved_size(state)) as f:
             torch.save(state, f)
         if self.config.save_only_latest_checkpoint:
             for f in self.checkpoint_dir.glob("*.ckpt"):
@@ -160,3 +285,31 @@ class JaxGSTrainer(Trainer):
         if crossed(before, step, self.config.steps_per_eval_all_images):
             metrics = self.pipeline.get_average_eval_image_metrics(step=step)
             writer.put_dict(name="Eval Images Metrics Dict (all images)", scalar_dict=metrics, step=step)
+
+
+def _say_last(line: str) -> None:
+    """Print `line` as the process's last words: when it exits, after nerfstudio's own closing
+    output (its profiler's report)."""
+    atexit.register(lambda: print(line, flush=True))
+
+
+class _Counter:
+    """A write-only file that counts the bytes written to it."""
+
+    def __init__(self):
+        self.bytes = 0
+
+    def write(self, data) -> int:
+        self.bytes += len(data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+def _saved_size(state) -> int:
+    """The bytes `torch.save(state)` writes (serialised once more, into a counter: only asked
+    when a checkpoint did not fit)."""
+    counter = _Counter()
+    torch.save(state, counter)
+    return counter.bytes

@@ -31,7 +31,8 @@ class Case:
     rc: int = 1
     keep: List[Path] = field(default_factory=list)  # must be byte-identical afterwards
     after: Optional[Callable[[], None]] = None  # extra checks (assertions) once the command has ended
-    last_line_starts: str = "jax-gs: error: "
+    last_line_starts: str = "jax-gs: error: "  # "": the last line is not checked (nor tracebacks)
+    interrupt: Optional[tuple] = None  # (text, signal): send the signal once a line holds the text
 
 
 @dataclass
@@ -377,6 +378,156 @@ def _only(folder, names):
     assert left == names, f"{folder}: {left}"
 
 
+# Runs an ns-* command's entry point in a process whose fsync of a temporary file fails with ENOSPC
+# (as a full disk reports a write it could not place): where no small file system can be mounted.
+FULL_AT_FSYNC = """
+import errno, os, sys
+from importlib.metadata import entry_points
+real = os.fsync
+def fsync(fd):
+    if os.readlink(f"/proc/self/fd/{fd}").endswith(".tmp"):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    real(fd)
+os.fsync = fsync
+command = sys.argv[1]
+sys.argv = sys.argv[1:]
+next(e for e in entry_points(group="console_scripts") if e.name == command).load()()
+"""
+
+
+def small_disk(folder: Path, size: int) -> bool:
+    """Mount a tmpfs of `size` bytes on `folder` (made if missing), unmounted when this process
+    ends. False where this machine cannot mount (not root): the cases then inject ENOSPC."""
+    import atexit
+
+    folder.mkdir(parents=True, exist_ok=True)
+    ok = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                        capture_output=True).returncode == 0 if shutil.which("mount") else False
+    if ok:
+        atexit.register(subprocess.run, ["umount", "-l", str(folder)], capture_output=True)
+    return ok
+
+
+def _tree_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def _command(args, full: bool):
+    """`args` as they are (on a full small disk), or through FULL_AT_FSYNC."""
+    return args if full else [sys.executable, "-c", FULL_AT_FSYNC, Path(args[0]).name, *map(str, args[1:])]
+
+
+def _disk_full_during_checkpoint(tmp, t: Trained):
+    """Resumed into a run folder on a disk with room for the checkpoint it holds but not for the
+    next: the run ends with the checkpoint's path and sizes, the old checkpoint intact, no
+    temporary file left."""
+    ckpt = t.ckpt.stat().st_size
+    disk = tmp / "disk"
+    mounted = small_disk(disk, _tree_bytes(t.run) + ckpt // 2 + (1 << 18))
+    run = disk / "fox" / "jax-gs" / "f"
+    shutil.copytree(t.run, run)
+    models = run / "nerfstudio_models"
+    args = [BIN / "ns-train", "jax-gs", "--data", FOX, "--max-num-iterations", "10", "--output-dir", disk,
+            "--timestamp", "f", "--load-dir", models, "--steps-per-save", "10", *QUICK, "nerfstudio-data"]
+    return Case(_command(args, mounted), f"no space left on the device to write {models / 'step-000000029.ckpt'}",
+                keep=[models / "step-000000019.ckpt"],
+                after=lambda: (_only(models, ["step-000000019.ckpt"]), _no_temp_left(run)))
+
+
+def _disk_full_during_export(tmp, t: Trained):
+    """ns-export onto a disk that holds the previous PLY but not a second one."""
+    ply = t.export / "splat.ply"
+    disk = tmp / "disk"
+    mounted = small_disk(disk, ply.stat().st_size * 3 // 2)
+    out = disk / "export"
+    shutil.copytree(t.export, out)
+    args = [BIN / "ns-export", "gaussian-splat", "--load-config", t.config, "--output-dir", out]
+    return Case(_command(args, mounted), f"no space left on the device to write {out / 'splat.ply'}",
+                keep=[out / "splat.ply"], after=lambda: _only(out, ["splat.ply"]))
+
+
+def colmap_fox(tmp: Path, binary: bool = True) -> tuple[Path, Path]:
+    """The fox as a COLMAP capture (its poses and intrinsics; binary through nerfstudio's own
+    writer): (scene, model folder)."""
+    from nerfstudio.data.utils import colmap_parsing_utils as colmap
+    from test_dataparsers import write_colmap_scene
+
+    scene = tmp / "colmap_scene"
+    write_colmap_scene(scene, num_points=200)
+    model = scene / "colmap" / "sparse" / "0"
+    if binary:
+        colmap.write_model(*colmap.read_model(str(model), ".txt"), str(model), ".bin")
+        for f in model.glob("*.txt"):
+            f.unlink()
+    return scene, model
+
+
+def colmap_args(scene: Path, tmp: Path):
+    return [BIN / "ns-train", "jax-gs", "--data", scene, "--max-num-iterations", "10", "--output-dir", tmp / "out",
+            *QUICK, "colmap"]
+
+
+def _colmap_images_cut_short(tmp, _):
+    scene, model = colmap_fox(tmp)
+    f = model / "images.bin"
+    f.write_bytes(f.read_bytes()[: f.stat().st_size * 2 // 3])
+    return Case(colmap_args(scene, tmp), f"COLMAP model file {f} is cut short: it declares")
+
+
+def _colmap_cameras_empty(tmp, _):
+    scene, model = colmap_fox(tmp)
+    (model / "cameras.bin").write_bytes(b"")
+    return Case(colmap_args(scene, tmp), f"COLMAP model file {model / 'cameras.bin'} is empty")
+
+
+def _colmap_points_not_colmap(tmp, _):
+    scene, model = colmap_fox(tmp)
+    (model / "points3D.bin").write_text("# a PLY or text file saved under the binary name\n1 0.5 0.5 0.5 255 0 0 0.1\n")
+    return Case(colmap_args(scene, tmp), f"{model / 'points3D.bin'} is not a COLMAP binary model")
+
+
+def _colmap_cameras_text_garbled(tmp, _):
+    scene, model = colmap_fox(tmp, binary=False)
+    (model / "cameras.txt").write_text("1 OPENCV 240 two-hundred 1 2 3 4 5 6 7 8\n")
+    return Case(colmap_args(scene, tmp), f"{model / 'cameras.txt'} is not a COLMAP text model")
+
+
+def _ctrl_c_during_training(tmp, t: Trained):
+    """Ctrl-C while the first block trains: the block ends, a checkpoint of step 10 is written, the
+    last line names it and the command that resumes; that command then ends where an uninterrupted
+    run ends (the shared run's step 19, array for array)."""
+    args = [BIN / "ns-train", "jax-gs", "--data", FOX, "--max-num-iterations", "20", "--timestamp", "c",
+            "--output-dir", tmp / "out", *QUICK, "nerfstudio-data"]
+    models = tmp / "out" / "fox" / "jax-gs" / "c" / "nerfstudio_models"
+    out = {}
+    case = Case(args, f"checkpoint {models / 'step-000000009.ckpt'}; resume with: ns-train jax-gs --load-dir {models}",
+                rc=128 + signal.SIGINT, last_line_starts="jax-gs: stopped by Ctrl-C after 10 of 20 steps",
+                interrupt=(TRAINING_STARTS, signal.SIGINT), after=lambda: _resume_as_printed(out, models, t))
+    case.outcome = out  # filled by check_outcome
+    return case
+
+
+TRAINING_STARTS = "[jax-gs] training steps"  # the line the trainer prints before its first block
+
+
+def _resume_as_printed(out: dict, models: Path, t: Trained):
+    import shlex
+
+    import torch
+
+    assert out["output"].find("stopping at the end of this block") < out["output"].find("first block"), \
+        "the first Ctrl-C was not acknowledged while the block ran"
+    command = shlex.split(out["last"].split("resume with: ", 1)[1])
+    assert command[:2] == ["ns-train", "jax-gs"] and "--max-num-iterations" in command, command
+    _check([BIN / command[0], *command[1:]])
+    resumed = torch.load(models / "step-000000019.ckpt", weights_only=False, map_location="cpu")["pipeline"]
+    straight = torch.load(t.ckpt, weights_only=False, map_location="cpu")["pipeline"]
+    assert resumed.keys() == straight.keys()
+    for k, v in straight.items():
+        if isinstance(v, torch.Tensor):
+            assert torch.equal(resumed[k], v), f"{k} differs from the uninterrupted run's"
+
+
 MISTAKES = [
     Mistake("nan_pose", _nan_pose),
     Mistake("singular_rotation", _singular_rotation),
@@ -402,6 +553,13 @@ MISTAKES = [
     Mistake("kill_during_checkpoint_write", _kill_during_checkpoint_write, needs_run=True),
     Mistake("load_dir_is_the_run_folder", _load_dir_is_the_run_folder, needs_run=True),
     Mistake("diverging_learning_rate", _diverging_learning_rate, needs_run=True),
+    Mistake("disk_full_during_checkpoint", _disk_full_during_checkpoint, needs_run=True),
+    Mistake("disk_full_during_export", _disk_full_during_export, needs_run=True),
+    Mistake("colmap_images_cut_short", _colmap_images_cut_short),
+    Mistake("colmap_cameras_empty", _colmap_cameras_empty),
+    Mistake("colmap_points_not_colmap", _colmap_points_not_colmap),
+    Mistake("colmap_cameras_text_garbled", _colmap_cameras_text_garbled),
+    Mistake("ctrl_c_during_training", _ctrl_c_during_training, needs_run=True),
 ]
 
 
@@ -415,14 +573,22 @@ class Outcome:
 
 def run_case(case: Case, timeout=600) -> Outcome:
     """Run the command and return what it did."""
+    import threading
+
     t0 = time.time()
     proc = subprocess.Popen([str(a) for a in case.args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=command_env(), stdin=subprocess.DEVNULL)
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        output, _ = proc.communicate()
+    timer = threading.Timer(timeout, proc.kill)
+    timer.start()
+    chunks, sent = [], case.interrupt is None
+    for line in proc.stdout:  # line by line, to send the interrupt when its line comes
+        chunks.append(line)
+        if not sent and case.interrupt[0] in line:
+            proc.send_signal(case.interrupt[1])
+            sent = True
+    proc.wait()
+    timer.cancel()
+    output = "".join(chunks)
     lines = [ln for ln in output.strip().splitlines() if ln.strip()]
     return Outcome(proc.returncode, lines[-1] if lines else "", output, time.time() - t0)
 
@@ -432,13 +598,15 @@ def check_outcome(case: Case, out: Outcome, before: dict) -> List[str]:
     problems = []
     if out.rc != case.rc:
         problems.append(f"exit status {out.rc}, expected {case.rc}")
-    if case.rc == 1:
+    if case.last_line_starts:
         if "Traceback" in out.output:
             problems.append("a traceback was printed")
         if not out.last.startswith(case.last_line_starts) or case.culprit not in out.last:
             problems.append(f"last line does not name {case.culprit!r}")
     elif case.culprit and case.culprit not in out.output:
         problems.append(f"output does not mention {case.culprit!r}")
+    if isinstance(getattr(case, "outcome", None), dict):  # for `after`, which checks the output too
+        case.outcome.update(output=out.output, last=out.last)
     for path, data in before.items():
         if not path.exists() or path.read_bytes() != data:
             problems.append(f"{path} changed")

@@ -1,4 +1,5 @@
 """Bad input: one line naming the file, no traceback, no prompt, nothing already written lost."""
+import io
 import json
 import shutil
 import sys
@@ -300,3 +301,94 @@ def test_a_missing_load_config_is_one_line(tmp_path):
     except FileNotFoundError as e:
         line = _one_line(type(e), e, e.__traceback__)
     assert line == f"config file {missing} does not exist (--load-config takes the config.yml of a training run)"
+
+
+def test_a_full_disk_is_one_line_and_keeps_the_previous_file(tmp_path, monkeypatch):
+    """ENOSPC in an atomic write, also when it reaches the writer wrapped (as torch.save wraps it
+    in a RuntimeError): DiskFullError naming the file and the bytes needed, the earlier file intact,
+    no temporary file left; the excepthook prints it as one line."""
+    import errno
+
+    from jax_backend.files import DiskFullError, atomic_open, atomic_write
+
+    target = tmp_path / "a.ply"
+    atomic_write(target, b"old")
+
+    def full(*_):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr("os.fsync", full)
+    with pytest.raises(DiskFullError, match=r"no space left on the device to write .*a\.ply: it needs 6\.0 kB, .* free "
+                                            r"there \(the previous file is unchanged\)") as e:
+        atomic_write(target, b"x" * 6000)
+    assert _one_line(type(e.value), e.value, e.value.__traceback__).startswith(f"no space left on the device to write {target}")
+    monkeypatch.undo()
+
+    def wrapped(f):  # what torch.save raises when the file's write fails
+        try:
+            f.write(b"1")
+            full()
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+
+    with pytest.raises(DiskFullError, match=r"b\.ckpt: it needs 12\.0 kB"):
+        with atomic_open(tmp_path / "b.ckpt", size=lambda: 12_000) as f:
+            wrapped(f)
+    assert target.read_bytes() == b"old" and sorted(p.name for p in tmp_path.iterdir()) == ["a.ply"]
+    # a write outside jax-gs's own (nerfstudio's): the path from pathlib's frame
+    class Full(io.StringIO):
+        def write(self, _):
+            full()
+
+    monkeypatch.setattr("pathlib.Path.open", lambda self, *a, **k: Full())
+    with pytest.raises(OSError) as e:
+        (tmp_path / "eval.json").write_text("{}")
+    line = _one_line(e.type, e.value, e.tb)
+    assert line.startswith(f"no space left on the device to write {tmp_path / 'eval.json'}: ") and line.endswith(" free there")
+
+
+def test_resume_command_repeats_the_run_from_its_checkpoints():
+    from nerfstudio_jaxgs.trainer import resume_command
+
+    argv = ["/venv/bin/ns-train", "jax-gs", "--data", "my scene", "--max-num-iterations", "30000", "--load-dir=old",
+            "--vis", "viewer", "colmap", "--downscale-factor", "4"]
+    assert resume_command(argv, "jax-gs", "/out/nerfstudio_models", 17000) == (
+        "ns-train jax-gs --load-dir /out/nerfstudio_models --max-num-iterations 17000 --data 'my scene' --vis viewer "
+        "colmap --downscale-factor 4")
+
+
+def test_interrupts_record_the_first_signal_and_restore_the_handlers():
+    import os
+    import signal
+    import time
+
+    from nerfstudio_jaxgs.trainer import Interrupts
+
+    before = signal.getsignal(signal.SIGTERM)
+    with Interrupts() as interrupts:
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(200):
+            if interrupts.signal is not None:
+                break
+            time.sleep(0.01)
+        assert interrupts.signal == signal.SIGTERM
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_snapshot_out_of_space_is_reported_as_such():
+    """The background writer's out-of-space failure reaches the training loop as the DiskFullError
+    itself (`check` after each block, `close` at the end), not as a summary of failures."""
+    import errno
+
+    from jax_backend.files import AsyncWriter, DiskFullError
+
+    def write():
+        raise DiskFullError(errno.ENOSPC, "no space left on the device to write s/step_000100.ply: it needs 1.0 MB",
+                            "s/step_000100.ply")
+
+    w = AsyncWriter()
+    w.submit(write)
+    with pytest.raises(DiskFullError, match="step_000100.ply: it needs 1.0 MB"):
+        w.close()
+    with pytest.raises(DiskFullError):
+        w.check()

@@ -2,14 +2,19 @@
 intact), the clean-up of temporary files a killed writer left, a minimal PNG encoder, and a
 background writer thread.
 
+A write that runs out of space (ENOSPC, or a quota's EDQUOT) raises `DiskFullError`: one line
+naming the file, what it needed and what is free; the previous file is left as it was.
+
 Temporary files are named `.<target name>.<pid>.<random>.tmp`, so a later run can tell one left by
 a dead process (removed by `remove_stale_temps`) from one another process is writing."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import queue
 import re
+import shutil
 import struct
 import tempfile
 import threading
@@ -19,31 +24,82 @@ from pathlib import Path
 import numpy as np
 
 
+class DiskFullError(OSError):
+    """A write that ran out of space; the message names the file, the bytes it needed and the
+    bytes free."""
+
+    def __str__(self) -> str:
+        return self.strerror
+
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+
+def out_of_space(exc: BaseException) -> bool:
+    """Whether `exc`, or an exception it was raised from or while handling, is ENOSPC / EDQUOT
+    (torch.save, for one, raises a RuntimeError of its own while handling the OSError)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in _FULL:
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _megabytes(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n / 1e3:.1f} kB"
+
+
+def disk_full_error(path, needed=None, atomic: bool = True) -> DiskFullError:
+    """The error for a write of `path` that ran out of space: what it needed (bytes, when known),
+    what its file system has free now and (`atomic`: written by `atomic_open`) what was kept."""
+    path = Path(path)
+    folder = next((p for p in [path.parent, *path.parents] if p.is_dir()), Path("."))
+    free = shutil.disk_usage(folder).free
+    need = f"it needs {_megabytes(needed)}, " if needed is not None else ""
+    kept = ""
+    if atomic:
+        kept = " (the previous file is unchanged)" if path.exists() else " (no partial file was left)"
+    return DiskFullError(errno.ENOSPC, f"no space left on the device to write {path}: {need}"
+                         f"{_megabytes(free)} free there{kept}", str(path))
+
+
 @contextlib.contextmanager
-def atomic_open(path, temp_dir=None):
+def atomic_open(path, temp_dir=None, size=None):
     """Open `path` for writing so that readers see the old file or the whole new one, never a
     part: yields a binary file in `temp_dir` (default: `path`'s folder, which must be on the same
     file system), fsynced and renamed onto `path` when the block ends without an exception, and
-    removed when it raises. Creates the folders."""
+    removed when it raises. Creates the folders.
+
+    Out of space: `DiskFullError` naming `path` and `size`, the bytes the file needs (an int, or a
+    function that gives it, called only then)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     folder = Path(temp_dir) if temp_dir is not None else path.parent
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=folder)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=folder)
+    except OSError as e:
+        if out_of_space(e):
+            raise disk_full_error(path, size() if callable(size) else size) from None
+        raise
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if out_of_space(e):
+            raise disk_full_error(path, size() if callable(size) else size) from None
         raise
 
 
 def atomic_write(path, data: bytes, temp_dir=None) -> Path:
     """Write `data` to `path` atomically (`atomic_open`). Returns the path."""
-    with atomic_open(path, temp_dir) as f:
+    with atomic_open(path, temp_dir, size=len(data)) as f:
         f.write(data)
     return Path(path)
 
@@ -121,9 +177,17 @@ class AsyncWriter:
         """Queue `fn(*args)` (blocks only when `max_pending` jobs are already waiting)."""
         self._queue.put((fn, args))
 
+    def check(self):
+        """Raise the first `DiskFullError` a job met, if one did: the writes after it would fail too."""
+        full = next((e for e in self.errors if isinstance(e, DiskFullError)), None)
+        if full is not None:
+            raise full
+
     def close(self):
-        """Wait for every queued job; RuntimeError with the first failure if any failed."""
+        """Wait for every queued job; the first `DiskFullError` if one ran out of space, else
+        RuntimeError with the first failure if any failed."""
         self._queue.put(None)
         self._thread.join()
+        self.check()
         if self.errors:
             raise RuntimeError(f"{len(self.errors)} snapshot write(s) failed; first: {self.errors[0]!r}")

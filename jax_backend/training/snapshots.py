@@ -44,8 +44,13 @@ class Snapshots:
         g = trainer.gaussians
         self.writer.submit(_write_snapshot, self.out_dir, trainer.step, g.params, g.alive, preview)
 
+    def check(self):
+        """Raise the `DiskFullError` of a write that ran out of space, if one did."""
+        self.writer.check()
+
     def close(self):
-        """Wait for the pending writes; RuntimeError if one failed."""
+        """Wait for the pending writes; `DiskFullError` if one ran out of space, RuntimeError if one
+        failed otherwise."""
         self.writer.close()
 
 
