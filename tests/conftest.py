@@ -34,3 +34,38 @@ def pytest_xdist_auto_num_workers(config):
     from jax_backend.devices import cpu_cores
 
     return max(1, min(cpu_cores(), 4))
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def built_for_tpu(monkeypatch):
+    """Programs traced inside the test are built as for a TPU (every choice made by platform: radix
+    sorts, one buffer tier, SSIM by slices) and run on this CPU; JAX's trace caches are cleared on
+    entry and exit so that no program traced under one policy is reused under the other. Yields
+    the list the radix sorts built meanwhile append to."""
+    import jax
+
+    from jax_backend import array_ops, devices
+
+    radix_calls = []
+    radix_sort = array_ops.radix_sort
+    monkeypatch.setattr(devices, "platform", lambda: "tpu")
+    monkeypatch.setattr(array_ops, "radix_sort", lambda *a, **k: radix_calls.append(1) or radix_sort(*a, **k))
+    jax.clear_caches()
+    yield radix_calls
+    monkeypatch.undo()
+    jax.clear_caches()
+
+
+@pytest.fixture(params=["cpu", "tpu"])
+def sort_policy(request):
+    """The sorts as this CPU runs them, and as they are built for a TPU (`built_for_tpu`: radix
+    sorts), both checked on the CPU; the TPU run must have used a radix sort."""
+    if request.param == "cpu":
+        yield "cpu"
+        return
+    calls = request.getfixturevalue("built_for_tpu")
+    yield "tpu"
+    assert calls, "the TPU policy's radix sort was not used"

@@ -137,21 +137,14 @@ def test_training_with_scale_regularization_keeps_fewer_needles():
 
 
 @pytest.mark.parametrize("padding", ["same", "valid"])
-def test_ssim_as_built_for_tpu_matches_the_convolutions(monkeypatch, padding):
+def test_ssim_as_built_for_tpu_matches_the_convolutions(request, padding):
     """On TPU SSIM blurs by sums of shifted slices with a hand-written adjoint (fewer kernels to
     compile); built that way on this CPU, its value and gradient are the convolutions'."""
-    from jax_backend import devices
-
     rng = np.random.default_rng(0)
     a, b = (jnp.asarray(rng.uniform(size=(40, 50, 3)), jnp.float32) for _ in range(2))
     f = lambda x: jnp.sum(ssim_map(x, b, padding=padding) ** 2)
     v_cpu, g_cpu = jax.value_and_grad(f)(a)
-    monkeypatch.setattr(devices, "platform", lambda: "tpu")
-    jax.clear_caches()
-    try:
-        v_tpu, g_tpu = jax.value_and_grad(f)(a)
-    finally:
-        monkeypatch.undo()
-        jax.clear_caches()
+    request.getfixturevalue("built_for_tpu")
+    v_tpu, g_tpu = jax.value_and_grad(f)(a)
     np.testing.assert_allclose(float(v_tpu), float(v_cpu), rtol=1e-6)
     np.testing.assert_allclose(np.asarray(g_tpu), np.asarray(g_cpu), rtol=1e-4, atol=1e-5)

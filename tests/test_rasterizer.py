@@ -179,25 +179,6 @@ def test_bad_inputs_raise_clear_errors():
                       sh_degree=1)
 
 
-@pytest.fixture(params=["cpu", "tpu"])
-def sort_policy(request, monkeypatch):
-    """The binning's sorts as this CPU runs them, and as they are built for a TPU (radix sorts,
-    one buffer tier), both checked here on the CPU."""
-    if request.param == "cpu":
-        yield "cpu"
-        return
-    from jax_backend import array_ops, devices
-
-    calls = []
-    radix_sort = array_ops.radix_sort
-    monkeypatch.setattr(devices, "platform", lambda: "tpu")
-    monkeypatch.setattr(array_ops, "radix_sort", lambda *a, **k: calls.append(1) or radix_sort(*a, **k))
-    jax.clear_caches()  # no program traced for the CPU's policy is reused
-    yield "tpu"
-    jax.clear_caches()
-    assert calls, "the TPU policy's radix sort was not used"
-
-
 def test_radix_sort_is_the_stable_argsort():
     """`array_ops.radix_sort` (the TPU's sort) gives numpy's stable order, ties included, and
     carries a payload along."""

@@ -91,7 +91,8 @@ def test_no_room_changes_nothing_and_reports_slots_needed():
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # statistics kept for the retry
 
 
-def test_budget_keeps_the_largest_gradients():
+def test_budget_keeps_the_largest_gradients(sort_policy):
+    """The budget's candidates ordered by gradient (a radix sort of the float bits on TPU)."""
     state = _hand_made()
     state = state._replace(stats=dict(state.stats, grad2d=state.stats["grad2d"].at[1].set(5.0)))
     _, info = _refine(DefaultStrategy(budget=5), state, 599)

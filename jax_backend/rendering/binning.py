@@ -68,41 +68,11 @@ def tile_rect(proj: Projected, grid: TileGrid):
     return lo_t, n_xy
 
 
-def sortable_bits(x):
-    """f32 -> u32 whose unsigned order is the order of `jnp.sort` (-0 equal to 0, NaNs last)."""
-    x = x.astype(jnp.float32)
-    x = jnp.where(jnp.isnan(x), jnp.nan, jnp.where(x == 0, 0.0, x))  # one zero and one NaN, as sort compares
-    b = jax.lax.bitcast_convert_type(x, jnp.uint32)
-    return jnp.where(b >> 31 == 1, ~b, b | jnp.uint32(1 << 31))
-
-
-def sort_pairs(hi, lo):
-    """u32 pairs sorted by (hi, lo): one sort of the 64-bit keys hi << 32 | lo.
-
-    A sort of one operand takes XLA's fast path; the same order from a two-operand sort (a key and
-    a payload, as `jnp.argsort`) took 5-6x as long on this CPU (262,144: 58-68 against 11 ms;
-    32,768: 7.1 against 1.2 ms, measured). The 64-bit keys exist only inside this function.
-    """
-    with jax.enable_x64(True):
-        key = jax.lax.sort((hi.astype(jnp.uint64) << jnp.uint64(32)) | lo.astype(jnp.uint64))
-        return (key >> jnp.uint64(32)).astype(jnp.uint32), (key & jnp.uint64(0xFFFFFFFF)).astype(jnp.uint32)
-
-
-def _radix() -> bool:
-    """On TPU the binning sorts by `array_ops.radix_sort`: XLA's sort of 2^17-2^20 keys compiles
-    there for 11 s (v5e) to 25-41 s (v6e) each, the radix sorts in 2-4 s; TPUs also emulate the
-    64-bit keys of `sort_pairs`. Elsewhere `lax.sort` runs faster (5x on this CPU)."""
-    return devices.platform() == "tpu"
-
-
 def depth_order(depths):
-    """[N] int32 Gaussian ids front to back: `jnp.argsort(depths, stable=True)` (ties by id), as
-    one sort of (depth bits, id) pairs (`sort_pairs`), or on TPU a radix sort of the depth bits.
-    Ties are common: MCMC relocation copies Gaussians exactly."""
-    n = depths.shape[0]
-    if _radix():
-        return array_ops.radix_sort(sortable_bits(depths), 32)[1]
-    return sort_pairs(sortable_bits(depths), jnp.arange(n, dtype=jnp.uint32))[1].astype(jnp.int32)
+    """[N] int32 Gaussian ids front to back: `jnp.argsort(depths, stable=True)` (ties by id;
+    `array_ops.argsort`, a radix sort on TPU). Ties are common: MCMC relocation copies Gaussians
+    exactly."""
+    return array_ops.argsort(depths)
 
 
 def sort_by_tile(tile, rank, num_tiles: int, n: int):
@@ -121,13 +91,13 @@ def sort_by_tile(tile, rank, num_tiles: int, n: int):
     bits (5-8x faster on a CPU than a two-key sort with its payload, measured), else the
     (tile, rank) pairs (`sort_pairs`).
     """
-    if _radix():
+    if array_ops.use_radix_sort():
         tile_sorted, rank_sorted = array_ops.radix_sort(tile, int(num_tiles).bit_length(), values=rank)
     elif (num_tiles + 1) * n < 2**32:
         key = jax.lax.sort(tile.astype(jnp.uint32) * jnp.uint32(n) + rank.astype(jnp.uint32))
         tile_sorted, rank_sorted = key // jnp.uint32(n), key % jnp.uint32(n)
     else:
-        tile_sorted, rank_sorted = sort_pairs(tile.astype(jnp.uint32), rank.astype(jnp.uint32))
+        tile_sorted, rank_sorted = array_ops.sort_pairs(tile.astype(jnp.uint32), rank.astype(jnp.uint32))
     return tile_sorted.astype(jnp.int32), rank_sorted.astype(jnp.int32)
 
 

@@ -137,8 +137,10 @@ class DefaultStrategy:
         budget_bound = jnp.bool_(False)
         if self.budget > 0:  # keep the candidates with the largest gradients, as many as fit
             allowed = jnp.maximum(self.budget - n_alive, 0)
-            order = jnp.argsort(-jnp.where(copies > 0, avg, -jnp.inf))
-            fits = jnp.zeros((cap,), bool).at[order].set(array_ops.cumsum(copies[order]) <= allowed)
+            order = array_ops.argsort(-jnp.where(copies > 0, avg, -jnp.inf))  # largest first (radix on TPU)
+            # an int32 scatter: for TPU, XLA compiles a scatter of booleans around a sort
+            fits = jnp.zeros((cap,), jnp.int32).at[order].set(
+                (array_ops.cumsum(copies[order]) <= allowed).astype(jnp.int32), unique_indices=True) > 0
             budget_bound = jnp.sum(copies) > allowed
             clone, split = clone & fits, split & fits
             copies = jnp.where(fits, copies, 0)

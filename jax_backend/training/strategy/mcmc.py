@@ -142,7 +142,9 @@ class MCMCStrategy:
         sources = sample_by_weight(k2, o, g.alive, cap)
         used = jnp.arange(cap) < n_add
         g, opt_state, _ = self._teleport(tx, g, opt_state, targets, sources, used)
-        alive = g.alive.at[jnp.where(used, targets, cap)].set(True, mode="drop")
+        # the first n_add free slots (`targets`, ascending) come alive: no scatter (for TPU, XLA
+        # compiles a scatter of booleans around a sort)
+        alive = g.alive | (~g.alive & (array_ops.cumsum((~g.alive).astype(jnp.int32)) <= n_add))
         info = RefineInfo.none()._replace(refined=jnp.bool_(True), n_relocated=n_dead.astype(jnp.int32),
                                           n_added=n_add.astype(jnp.int32), slots_needed=n_target.astype(jnp.int32),
                                           budget_bound=n_target >= self.budget)
