@@ -10,7 +10,11 @@ Programs (`PROGRAMS`), on a capture of fern's size (20 views of 504x378) unless 
     own settings; 100 steps, SH degree 3, 100k Gaussians, density control at its end);
   refine-default, refine-mcmc: density control alone (run again when the slots run out);
   render: the eval / viewer render (RGB + expected depth, SH degree 3, 100k Gaussians);
-  block-dp4: the default block data parallel over four chips (`--machine.num-devices 4`: pmap).
+  block-dp4: the default block data parallel over four chips (`--machine.num-devices 4`: pmap);
+  seed-raster-100k: the seed article's code (github.com/ghif/jax-gs, its `fast_tpu_rasterizer`),
+    forward + backward of the sum of its image, on raster-flat-100k's scene and view; only with
+    `--seed-dir` (or JAXGS_SEED_DIR), a checkout of that repository kept outside this one, with
+    `chex` importable (e.g. `pip install --target DIR chex toolz`, DIR on PYTHONPATH).
 
 Every compile runs in its own process, one after another in this one run.
 
@@ -34,6 +38,7 @@ VIEWS = 20
 HBM_GIB = {"v5e": 16, "v6e": 32, "v5p": 95, "v4": 32}  # HBM per chip
 PROGRAMS = ["raster-flat-100k", "block-default", "render", "refine-default", "block-mcmc", "block-dp4",
             "raster-standard-100k", "refine-mcmc", "raster-flat-1m", "raster-standard-1m"]
+SEED = "seed-raster-100k"  # the seed article's rasterizer (`--seed-dir`)
 
 
 def scene_views(n: int, width: int = WIDTH, height: int = HEIGHT):
@@ -89,6 +94,38 @@ def trainer_for(method: str, n: int, num_devices: int = 1, width: int = WIDTH, h
     return tr
 
 
+def seed_program(n: int = 100_000):
+    """(function, its float32 arguments) of the seed code's rasterizer, forward + backward, on the
+    scene and view of `raster-flat-100k`: its parameters as it keeps them (log scales, opacity
+    logits, SH degree 0 from the colours)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    seed = os.environ.get("JAXGS_SEED_DIR")
+    if not seed or not os.path.isdir(os.path.join(seed, "jax_gs")):
+        raise SystemExit("seed-raster-100k needs --seed-dir: a checkout of github.com/ghif/jax-gs")
+    sys.path.insert(0, seed)
+    from jax_gs.core.camera import Camera
+    from jax_gs.core.gaussians import Gaussians
+    from jax_gs.renderer.renderer import render
+
+    means, quats, scales, opacities, colors, viewmats, Ks = scene_views(n)
+    sh = np.zeros((n, 1, 3), np.float32)
+    sh[:, 0] = (colors - 0.5) / 0.28209479177387814
+    K = Ks[0]
+    args = (means, np.log(scales), quats, np.log(opacities / (1 - opacities))[:, None], sh, viewmats[0])
+
+    def loss(m, s, q, o, c, w2c):
+        cam = Camera(W=WIDTH, H=HEIGHT, fx=float(K[0, 0]), fy=float(K[1, 1]), cx=float(K[0, 2]), cy=float(K[1, 2]),
+                     W2C=w2c, full_proj=jnp.eye(4))
+        image, _ = render(Gaussians(means=m, scales=s, quaternions=q, opacities=o, sh_coeffs=c), cam,
+                          fast_tpu_rasterizer=True, sh_degree=0)
+        return jnp.sum(image)
+
+    return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4)), [np.asarray(a, np.float32) for a in args]
+
+
 def lowered(program: str, target, gaussians: int = 100_000, size=(WIDTH, HEIGHT)):
     """`program` lowered for `target` devices (None: this host's CPU); `gaussians` and `size` for
     the blocks (`--fit`)."""
@@ -96,6 +133,16 @@ def lowered(program: str, target, gaussians: int = 100_000, size=(WIDTH, HEIGHT)
     import jax.numpy as jnp
 
     from jax_backend import compile_for, rasterization
+
+    if program == "seed-raster-100k":
+        fn, arrays = seed_program()
+        info = {"gaussians": 100_000, "code": "ghif/jax-gs"}
+        if target is None:
+            return jax.jit(fn).lower(*arrays), info
+        from jax_backend.devices import abstract
+
+        spec = abstract(arrays, jax.sharding.SingleDeviceSharding(target[0]))
+        return jax.jit(fn).trace(*spec).lower(lowering_platforms=(target[0].platform,)), info
 
     if program.startswith("raster-") or program == "render":
         if program == "render":
@@ -184,7 +231,7 @@ def _mb(x):
 
 def table(rows: list, targets: list) -> str:
     by = {(r["program"], r["target"]): r for r in rows}
-    programs = [p for p in PROGRAMS if any((p, t) in by for t in targets)]
+    programs = [p for p in PROGRAMS + [SEED] if any((p, t) in by for t in targets)]
     head = "| program | " + " | ".join(f"{t} compile s" for t in targets) + " | " + " | ".join(
         f"{t} code / args / temp MB" for t in targets if t != "cpu") + " | fits one chip |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -236,7 +283,10 @@ def fit(a):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--targets", nargs="+", default=["cpu", "v5e:2x2", "v6e:2x2"])
-    ap.add_argument("--programs", nargs="+", default=PROGRAMS, choices=PROGRAMS)
+    ap.add_argument("--programs", nargs="+", default=None, choices=PROGRAMS + [SEED],
+                    help=f"default: all ({SEED} with --seed-dir)")
+    ap.add_argument("--seed-dir", default=os.environ.get("JAXGS_SEED_DIR"),
+                    help="a checkout of github.com/ghif/jax-gs (outside this repository): adds its rasterizer")
     ap.add_argument("--out", default=None, help="JSON lines file for the rows (default: print only)")
     ap.add_argument("--fit", nargs="+", type=int, metavar="GAUSSIANS",
                     help="instead: the default train block with these Gaussian counts at 504x378 and 1297x840, "
@@ -253,6 +303,10 @@ def main():
         return
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, JAX_PLATFORMS="cpu", TPU_SKIP_MDS_QUERY="1")
+    if a.seed_dir:
+        env["JAXGS_SEED_DIR"] = os.path.abspath(a.seed_dir)
+    if a.programs is None:
+        a.programs = PROGRAMS + ([SEED] if a.seed_dir else [])
     print(f"# jax-gs programs compiled for {', '.join(a.targets)} on this host ({os.cpu_count()} cores); "
           f"one process per compile", flush=True)
     rows = []

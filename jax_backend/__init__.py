@@ -17,6 +17,7 @@ import importlib
 
 # public name -> the module that defines it
 _EXPORTS = {
+    "UserFacingError": "errors",
     "CheckpointError": "files",
     "enable_compilation_cache": "files",
     "PlyError": "files",

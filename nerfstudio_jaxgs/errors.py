@@ -202,8 +202,9 @@ def _disk_full(exc, tb):
 
 def _one_line(exc_type, exc, tb):
     torch_path, load_path = _checkpoint_paths(tb)
-    if isinstance(exc, InputError) or (type(exc).__module__.startswith("jax_backend.") and exc_type.__name__ in
-                                       ("CheckpointError", "PlyError", "NonFiniteError", "DiskFullError")):
+    from jax_backend.errors import UserFacingError
+
+    if isinstance(exc, (InputError, UserFacingError)):
         return f"{exc} ({load_path})" if load_path is not None and str(load_path) not in str(exc) else str(exc)
     full = _disk_full(exc, tb)
     if full is not None:

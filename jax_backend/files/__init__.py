@@ -1,5 +1,6 @@
 """Files: PLY in the standard 3DGS layout, checkpoint files, atomic writes, PNG, a background
-writer thread and the persistent compilation cache folder. Imports nothing else of jax_backend."""
+writer thread and the persistent compilation cache folder. Imports nothing else of jax_backend
+but `errors`."""
 from .checkpoint import CheckpointError, read_checkpoint, save_checkpoint
 from .compile_cache import compilation_cache_folder, enable_compilation_cache
 from .fileio import AsyncWriter, DiskFullError, atomic_open, atomic_write, out_of_space, png_bytes, remove_stale_temps

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import UserFacingError
 from .fileio import atomic_write
 
 FORMAT = "jax-gs-checkpoint-1"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserFacingError, ValueError):
     """A checkpoint that is missing, unreadable, not ours, or does not fit the state it is loaded
     into; the message names the file (and the entry)."""
 

@@ -23,8 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import UserFacingError
 
-class DiskFullError(OSError):
+
+class DiskFullError(UserFacingError, OSError):
     """A write that ran out of space; the message names the file, the bytes it needed and the
     bytes free."""
 

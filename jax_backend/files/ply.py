@@ -9,12 +9,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import UserFacingError
 from .fileio import atomic_write
 
 LOW_OPACITY_LOGIT = math.log((1 / 255) / (1 - 1 / 255))  # -5.5373
 
 
-class PlyError(ValueError):
+class PlyError(UserFacingError, ValueError):
     """A file that is not a readable 3DGS PLY; the message names the file and what is wrong."""
 
 

@@ -10,6 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..errors import UserFacingError
 from ..rendering import count_intersections, next_capacity, next_pow2
 from .. import devices as dev
 from .cameras import corrected_viewmats
@@ -24,7 +25,7 @@ from .step import TrainConfig, init_state, refine_state, train_block
 from .strategy import RefineInfo
 
 
-class NonFiniteError(FloatingPointError):
+class NonFiniteError(UserFacingError, FloatingPointError):
     """Training diverged: a loss or a Gaussian parameter became NaN or infinite. The message
     names the step and the arrays; the trainer keeps the state from before the block."""
 
