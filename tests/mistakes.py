@@ -32,7 +32,7 @@ class Case:
     keep: List[Path] = field(default_factory=list)  # must be byte-identical afterwards
     after: Optional[Callable[[], None]] = None  # extra checks (assertions) once the command has ended
     last_line_starts: str = "jax-gs: error: "  # "": the last line is not checked (nor tracebacks)
-    interrupt: Optional[tuple] = None  # (text, signal): send the signal once a line holds the text
+    interrupt: Optional[list] = None  # [(text, signal), ...]: send each signal once a line holds its text
 
 
 @dataclass
@@ -502,12 +502,29 @@ def _ctrl_c_during_training(tmp, t: Trained):
     out = {}
     case = Case(args, f"checkpoint {models / 'step-000000009.ckpt'}; resume with: ns-train jax-gs --load-dir {models}",
                 rc=128 + signal.SIGINT, last_line_starts="jax-gs: stopped by Ctrl-C after 10 of 20 steps",
-                interrupt=(TRAINING_STARTS, signal.SIGINT), after=lambda: _resume_as_printed(out, models, t))
+                interrupt=[(TRAINING_STARTS, signal.SIGINT)], after=lambda: _resume_as_printed(out, models, t))
     case.outcome = out  # filled by check_outcome
     return case
 
 
 TRAINING_STARTS = "[jax-gs] training steps"  # the line the trainer prints before its first block
+
+
+def _ctrl_c_twice(tmp, _):
+    """A second Ctrl-C while the first block still runs: the process ends at once (128 + SIGINT),
+    with no checkpoint and no temporary file written."""
+    args = [BIN / "ns-train", "jax-gs", "--data", FOX, "--max-num-iterations", "20", "--timestamp", "c2",
+            "--output-dir", tmp / "out", *QUICK, "nerfstudio-data"]
+    run = tmp / "out" / "fox" / "jax-gs" / "c2"
+    return Case(args, "nothing saved since the last checkpoint", rc=128 + signal.SIGINT,
+                last_line_starts="[jax-gs] Ctrl-C again: stopped at once",
+                interrupt=[(TRAINING_STARTS, signal.SIGINT), ("stopping at the end of this block", signal.SIGINT)],
+                after=lambda: (_no_checkpoint(run), _no_temp_left(run)))
+
+
+def _no_checkpoint(run: Path):
+    left = sorted(p.name for p in run.glob("nerfstudio_models/*"))
+    assert not left, f"checkpoints written after a second Ctrl-C: {left}"
 
 
 def _resume_as_printed(out: dict, models: Path, t: Trained):
@@ -560,6 +577,7 @@ MISTAKES = [
     Mistake("colmap_points_not_colmap", _colmap_points_not_colmap),
     Mistake("colmap_cameras_text_garbled", _colmap_cameras_text_garbled),
     Mistake("ctrl_c_during_training", _ctrl_c_during_training, needs_run=True),
+    Mistake("ctrl_c_twice", _ctrl_c_twice),
 ]
 
 
@@ -580,12 +598,11 @@ def run_case(case: Case, timeout=600) -> Outcome:
                             env=command_env(), stdin=subprocess.DEVNULL)
     timer = threading.Timer(timeout, proc.kill)
     timer.start()
-    chunks, sent = [], case.interrupt is None
-    for line in proc.stdout:  # line by line, to send the interrupt when its line comes
+    chunks, pending = [], list(case.interrupt or [])
+    for line in proc.stdout:  # line by line, to send each interrupt when its line comes
         chunks.append(line)
-        if not sent and case.interrupt[0] in line:
-            proc.send_signal(case.interrupt[1])
-            sent = True
+        if pending and pending[0][0] in line:
+            proc.send_signal(pending.pop(0)[1])
     proc.wait()
     timer.cancel()
     output = "".join(chunks)

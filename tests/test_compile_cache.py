@@ -47,7 +47,9 @@ def test_a_second_run_compiles_nothing_the_first_wrote(tmp_path):
     assert any(name.startswith("jit_train_block") for name in written), written  # the training program
     assert first.get("cache_hits", 0) == 0
     second = _run(folder)
-    assert _entries(folder) == written  # nothing new was worth writing: all of it was loaded
+    # everything the first run wrote was loaded, not compiled again (a small program whose compile
+    # time lies near the cache's threshold may be written by the second run only: a loaded host)
+    assert written <= _entries(folder)
     assert second.get("cache_hits", 0) >= len(written), second
 
 
