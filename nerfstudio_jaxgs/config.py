@@ -45,7 +45,15 @@ OPTIMIZERS = {
 }
 
 
-def _trainer_config(method_name: str, model: JaxGSModelConfig) -> JaxGSTrainerConfig:
+def _optimizers(**rates) -> dict:
+    """OPTIMIZERS (a copy) with the given groups' learning rates changed."""
+    groups = copy.deepcopy(OPTIMIZERS)
+    for name, lr in rates.items():
+        groups[name]["optimizer"].lr = lr
+    return groups
+
+
+def _trainer_config(method_name: str, model: JaxGSModelConfig, optimizers=None) -> JaxGSTrainerConfig:
     return JaxGSTrainerConfig(
         method_name=method_name,
         steps_per_eval_image=500,
@@ -63,7 +71,7 @@ def _trainer_config(method_name: str, model: JaxGSModelConfig) -> JaxGSTrainerCo
             ),
             model=model,
         ),
-        optimizers=copy.deepcopy(OPTIMIZERS),
+        optimizers=optimizers if optimizers is not None else copy.deepcopy(OPTIMIZERS),
     )
 
 
@@ -74,7 +82,8 @@ jax_gs_method = MethodSpecification(
 )
 
 jax_gs_big_method = MethodSpecification(
-    config=_trainer_config("jax-gs-big", JaxGSModelConfig(cull_alpha_thresh=0.005, densify_grad_thresh=0.0005)),
+    config=_trainer_config("jax-gs-big", JaxGSModelConfig(cull_alpha_thresh=0.005, densify_grad_thresh=0.0005),
+                           _optimizers(bilateral_grid=5e-3)),  # splatfacto-big's grid rate
     description="jax-gs with splatfacto-big's recipe: more Gaussians, higher quality, more memory.",
 )
 

@@ -131,6 +131,14 @@ def test_presets():
     big, mcmc = jax_gs_big_method.config, jax_gs_mcmc_method.config
     assert (big.method_name, mcmc.method_name) == ("jax-gs-big", "jax-gs-mcmc")
     assert big.pipeline.model.cull_alpha_thresh == 0.005 and big.pipeline.model.densify_grad_thresh == 0.0005
+    # the optimizer groups as nerfstudio's splatfacto / splatfacto-big set them
+    from nerfstudio.configs.method_configs import method_configs
+
+    for ours, theirs in ((jax_gs_method.config, "splatfacto"), (big, "splatfacto-big")):
+        for group in ("bilateral_grid", "camera_opt"):
+            assert ours.optimizers[group]["optimizer"].lr == method_configs[theirs].optimizers[group]["optimizer"].lr, \
+                (theirs, group)
+    assert OPTIMIZERS["bilateral_grid"]["optimizer"].lr == 2e-3  # the big preset changed a copy
     s = train_config(mcmc.pipeline.model, 1000, NUM_TRAIN, OPTIMIZERS, "black").strategy
     assert type(s).__name__ == "MCMCStrategy" and s.budget == 1_000_000 and s.min_opacity == 0.005
 
