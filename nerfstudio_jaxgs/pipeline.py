@@ -16,6 +16,7 @@ from .bridge import cameras_to_opencv
 from .checks import check_scene, check_views
 from .errors import InputError, install_excepthook, no_prompts, user_errors
 from .export import guard_export
+from .settings import check_datamanager
 
 
 @dataclass
@@ -34,6 +35,7 @@ class JaxGSPipeline(VanillaPipeline):
         dm = config.datamanager
         data = getattr(dm, "data", None) or dm.dataparser.data
         check_scene(dm.dataparser, data)
+        check_datamanager(dm)
         with no_prompts(), user_errors(f"loading the scene {data}"):
             super().__init__(config, *args, **kwargs)
         test_mode = kwargs.get("test_mode", args[1] if len(args) > 1 else "val")

@@ -19,6 +19,16 @@ UNSUPPORTED = {
                                     "per step; depth is always in the outputs outside training",
 }
 
+# nerfstudio's full-image datamanager settings jax-gs does not honour: the engine draws the training
+# views itself, on the device (every other field of `FullImageDatamanagerConfig` works as in
+# splatfacto: resolution scale, evaluation image choice, caching, threads)
+DATAMANAGER_UNSUPPORTED = {
+    "train_cameras_sampling_strategy": "jax-gs draws the training views on the device, each step a random "
+                                       "view (\"random\"); farthest-point sampling is not implemented",
+    "train_cameras_sampling_seed": "jax-gs draws the training views on the device from --pipeline.model.seed",
+    "fps_reset_every": "jax-gs draws the training views on the device; farthest-point sampling is not implemented",
+}
+
 # splatfacto's settings that only the default (clone/split/prune) strategy uses
 DEFAULT_STRATEGY_ONLY = ("densify_grad_thresh", "use_absgrad", "densify_size_thresh", "n_split_samples",
                          "cull_scale_thresh", "cull_screen_size", "split_screen_size", "stop_screen_size_at",
@@ -55,6 +65,14 @@ def check_supported(config) -> None:
             if _changed(config, name):
                 raise InputError(f"{_flag(name)} {getattr(config, name)}: only the default strategy uses it "
                                  f"(this run uses --pipeline.model.strategy {config.strategy})")
+
+
+def check_datamanager(config) -> None:
+    """InputError naming the first `--pipeline.datamanager.*` setting jax-gs cannot honour (set away
+    from nerfstudio's default)."""
+    for name, why in DATAMANAGER_UNSUPPORTED.items():
+        if hasattr(config, name) and _changed(config, name):
+            raise InputError(f"--pipeline.datamanager.{name.replace('_', '-')} {getattr(config, name)}: {why}")
 
 
 def strategy(config, num_train_data: int):

@@ -173,3 +173,16 @@ def test_random_start_fills_the_scene_box_or_splatfacto_s_cube():
     centre = np.linalg.inv(vms)[:, :3, 3].mean(0)
     np.testing.assert_allclose((lo + hi) / 2, centre, atol=1e-9)
     np.testing.assert_allclose((hi - lo) / 2, 1.1 * 4.0, rtol=1e-6)  # 3DGS's cameras extent
+
+
+def test_datamanager_settings_jax_gs_does_not_honour_stop_with_their_name():
+    from nerfstudio.data.datamanagers.full_images_datamanager import FullImageDatamanagerConfig
+
+    from nerfstudio_jaxgs.settings import check_datamanager
+
+    check_datamanager(FullImageDatamanagerConfig(camera_res_scale_factor=0.5, cache_images_type="uint8"))  # honoured
+    for field, value in (("train_cameras_sampling_strategy", "fps"), ("train_cameras_sampling_seed", 7),
+                         ("fps_reset_every", 10)):
+        with pytest.raises(InputError, match=f"--pipeline.datamanager.{field.replace('_', '-')} {value}: jax-gs draws"):
+            check_datamanager(FullImageDatamanagerConfig(**{field: value}))
+
