@@ -19,9 +19,13 @@ UNSUPPORTED = {
                                     "per step; depth is always in the outputs outside training",
 }
 
-# nerfstudio's full-image datamanager settings jax-gs does not honour: the engine draws the training
-# views itself, on the device (every other field of `FullImageDatamanagerConfig` works as in
-# splatfacto: resolution scale, evaluation image choice, caching, threads)
+# nerfstudio's full-image datamanager settings that work in jax-gs as in splatfacto (nerfstudio's
+# own code reads them: the resolution scale rescales the cameras and the cached images the engine
+# takes; the rest choose evaluation images, caching and threads) ...
+DATAMANAGER_HONOURED = ("data", "dataparser", "camera_res_scale_factor", "eval_num_images_to_sample_from",
+                        "eval_num_times_to_repeat_images", "eval_image_indices", "cache_images", "cache_images_type",
+                        "max_thread_workers", "masks_on_gpu", "images_on_gpu")
+# ... and those it does not honour: the engine draws the training views itself, on the device
 DATAMANAGER_UNSUPPORTED = {
     "train_cameras_sampling_strategy": "jax-gs draws the training views on the device, each step a random "
                                        "view (\"random\"); farthest-point sampling is not implemented",

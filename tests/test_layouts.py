@@ -253,3 +253,24 @@ def test_camera_optimizer_reaches_the_engine_and_the_viewer(tmp_path):
     assert deltas.shape == (len(pipeline.datamanager.train_dataset), 6) and np.abs(deltas).max() > 0
     np.testing.assert_allclose(pipeline.model.camera_optimizer.pose_adjustment.detach().numpy(), deltas)
     assert any(k.endswith(".cameras.deltas") for k in pipeline.model.state_dict())
+
+
+def test_camera_resolution_scale_reaches_the_engine():
+    """`--pipeline.datamanager.camera-res-scale-factor 0.5` (honoured, as in splatfacto): the
+    engine trains on the half-size images with the half-size intrinsics."""
+    from nerfstudio.data.datamanagers.full_images_datamanager import FullImageDatamanagerConfig
+    from nerfstudio.data.dataparsers.nerfstudio_dataparser import NerfstudioDataParserConfig
+
+    from nerfstudio_jaxgs.model import JaxGSModelConfig
+    from nerfstudio_jaxgs.pipeline import JaxGSPipelineConfig
+
+    meta = json.loads((FOX / "transforms.json").read_text())
+    dm = FullImageDatamanagerConfig(dataparser=NerfstudioDataParserConfig(data=FOX), cache_images_type="uint8",
+                                    camera_res_scale_factor=0.5)
+    pipeline = JaxGSPipelineConfig(datamanager=dm, model=JaxGSModelConfig()).setup(device="cpu", test_mode="val")
+    data = pipeline.ensure_engine(100).data
+    cams = pipeline.datamanager.train_dataset.cameras
+    assert (data.width, data.height) == (int(cams.width[0]), int(cams.height[0]))
+    assert abs(data.width - meta["w"] / 2) <= 2 and abs(data.height - meta["h"] / 2) <= 2
+    np.testing.assert_allclose(np.asarray(data.Ks)[0, 0, 0], float(cams.fx[0]), rtol=1e-5)
+    assert abs(float(cams.fx[0]) - meta["fl_x"] / 2) < 0.05 * meta["fl_x"]

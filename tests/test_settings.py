@@ -180,6 +180,11 @@ def test_datamanager_settings_jax_gs_does_not_honour_stop_with_their_name():
 
     from nerfstudio_jaxgs.settings import check_datamanager
 
+    from nerfstudio_jaxgs.settings import DATAMANAGER_HONOURED, DATAMANAGER_UNSUPPORTED
+
+    # every field is either honoured or refused: a field a newer nerfstudio adds fails here
+    fields = {f.name for f in dataclasses.fields(FullImageDatamanagerConfig)} - {"_target"}
+    assert fields == set(DATAMANAGER_HONOURED) | set(DATAMANAGER_UNSUPPORTED), fields
     check_datamanager(FullImageDatamanagerConfig(camera_res_scale_factor=0.5, cache_images_type="uint8"))  # honoured
     for field, value in (("train_cameras_sampling_strategy", "fps"), ("train_cameras_sampling_seed", 7),
                          ("fps_reset_every", 10)):
