@@ -42,6 +42,15 @@ class JaxGSModelConfig(SplatfactoModelConfig):
     """Density control: splatfacto's (gsplat's default: clone/split/prune) or 3DGS-MCMC (fixed budget)."""
     max_gaussians: int = 0
     """Gaussian budget: caps growth (default strategy; 0 = no cap) or the MCMC budget (0 = 1,000,000)."""
+    max_gs_num: int = 0
+    """Newer splatfacto's name for the MCMC budget: when > 0 it is the budget of an MCMC run (over
+    max-gaussians)."""
+    noise_lr: float = 5e5
+    """Newer splatfacto's MCMC setting: the scale of the noise added to the means (times their rate)."""
+    mcmc_opacity_reg: float = 0.01
+    """Newer splatfacto's MCMC setting: the weight of the mean opacity in the loss."""
+    mcmc_scale_reg: float = 0.01
+    """Newer splatfacto's MCMC setting: the weight of the mean scale in the loss."""
     snapshot_every: int = 0
     """Every this many steps, write the Gaussians as a PLY and a preview render of the first
     evaluation view under the run's folder (snapshots/), from a background thread while the next

@@ -38,6 +38,9 @@ DEFAULT_STRATEGY_ONLY = ("densify_grad_thresh", "use_absgrad", "densify_size_thr
                          "cull_scale_thresh", "cull_screen_size", "split_screen_size", "stop_screen_size_at",
                          "reset_alpha_every")
 
+# newer splatfacto's MCMC settings (its names), which only the MCMC strategy uses
+MCMC_ONLY = ("max_gs_num", "noise_lr", "mcmc_opacity_reg", "mcmc_scale_reg")
+
 # splatfacto's optimizer groups -> the backend's parameter groups
 OPTIMIZER_GROUPS = {"means": "means", "scales": "scales", "quats": "quats", "opacities": "opacities",
                     "features_dc": "sh0", "features_rest": "shN"}
@@ -64,6 +67,11 @@ def check_supported(config) -> None:
     for name, switch in (("max_gauss_ratio", "use_scale_regularization"), ("grid_shape", "use_bilateral_grid")):
         if _changed(config, name) and not getattr(config, switch):
             raise InputError(f"{_flag(name)} {getattr(config, name)}: it only matters with {_flag(switch)} True")
+    if config.strategy != "mcmc":
+        for name in MCMC_ONLY:
+            if hasattr(config, name) and _changed(config, name):
+                raise InputError(f"{_flag(name)} {getattr(config, name)}: only the MCMC strategy uses it "
+                                 f"(--pipeline.model.strategy mcmc, or ns-train jax-gs-mcmc)")
     if config.strategy != "default":
         for name in DEFAULT_STRATEGY_ONLY:
             if _changed(config, name):
@@ -84,7 +92,12 @@ def strategy(config, num_train_data: int):
     common = dict(refine_start=config.warmup_length, refine_every=config.refine_every,
                   refine_stop=config.stop_split_at, budget=config.max_gaussians)
     if config.strategy == "mcmc":
-        return "mcmc", dict(common, min_opacity=config.cull_alpha_thresh, absgrad=False)
+        if getattr(config, "max_gs_num", 0) > 0:  # newer splatfacto's name for the budget
+            common["budget"] = config.max_gs_num
+        return "mcmc", dict(common, min_opacity=config.cull_alpha_thresh, absgrad=False,
+                            noise_lr=getattr(config, "noise_lr", 5e5),
+                            opacity_reg=getattr(config, "mcmc_opacity_reg", 0.01),
+                            scale_reg=getattr(config, "mcmc_scale_reg", 0.01))
     return "default", dict(
         common,
         prune_opa=config.cull_alpha_thresh,

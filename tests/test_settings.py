@@ -191,3 +191,17 @@ def test_datamanager_settings_jax_gs_does_not_honour_stop_with_their_name():
         with pytest.raises(InputError, match=f"--pipeline.datamanager.{field.replace('_', '-')} {value}: jax-gs draws"):
             check_datamanager(FullImageDatamanagerConfig(**{field: value}))
 
+
+def test_newer_splatfactos_mcmc_names_drive_the_mcmc_strategy():
+    """`max-gs-num`, `noise-lr`, `mcmc-opacity-reg`, `mcmc-scale-reg` (splatfacto's names in newer
+    nerfstudio) set the MCMC strategy's budget, noise and regularisers; on the default strategy
+    each stops the run naming it."""
+    mcmc = jax_gs_mcmc_method.config.pipeline.model
+    cfg = dataclasses.replace(mcmc, max_gs_num=250_000, noise_lr=1e5, mcmc_opacity_reg=0.02, mcmc_scale_reg=0.03)
+    s = train_config(cfg, 1000, NUM_TRAIN, OPTIMIZERS, "black").strategy
+    assert (s.budget, s.noise_lr, s.opacity_reg, s.scale_reg) == (250_000, 1e5, 0.02, 0.03)
+    assert train_config(mcmc, 1000, NUM_TRAIN, OPTIMIZERS, "black").strategy.budget == 1_000_000  # preset's
+    for name, value in (("max_gs_num", 5000), ("noise_lr", 1.0), ("mcmc_opacity_reg", 0.5), ("mcmc_scale_reg", 0.5)):
+        with pytest.raises(InputError, match=f"--pipeline.model.{name.replace('_', '-')} {value}: only the MCMC"):
+            train_config(JaxGSModelConfig(**{name: value}), 1000, NUM_TRAIN, OPTIMIZERS, "black")
+
