@@ -126,23 +126,32 @@ def seed_program(n: int = 100_000):
     return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4)), [np.asarray(a, np.float32) for a in args]
 
 
+def _lower_one(fn, arrays, target):
+    """`fn` on `arrays` lowered for this host's CPU (`target` None) or, inside `compile_for`, for
+    the first of `target`'s devices."""
+    import jax
+
+    from jax_backend import compile_for
+    from jax_backend.devices import abstract
+
+    if target is None:
+        return jax.jit(fn).lower(*arrays)
+    with compile_for(target[:1]):
+        spec = abstract(arrays, jax.sharding.SingleDeviceSharding(target[0]))
+        return jax.jit(fn).trace(*spec).lower(lowering_platforms=(target[0].platform,))
+
+
 def lowered(program: str, target, gaussians: int = 100_000, size=(WIDTH, HEIGHT)):
     """`program` lowered for `target` devices (None: this host's CPU); `gaussians` and `size` for
     the blocks (`--fit`)."""
     import jax
     import jax.numpy as jnp
 
-    from jax_backend import compile_for, rasterization
+    from jax_backend import rasterization
 
     if program == "seed-raster-100k":
         fn, arrays = seed_program()
-        info = {"gaussians": 100_000, "code": "ghif/jax-gs"}
-        if target is None:
-            return jax.jit(fn).lower(*arrays), info
-        from jax_backend.devices import abstract
-
-        spec = abstract(arrays, jax.sharding.SingleDeviceSharding(target[0]))
-        return jax.jit(fn).trace(*spec).lower(lowering_platforms=(target[0].platform,)), info
+        return _lower_one(fn, arrays, target), {"gaussians": 100_000, "code": "ghif/jax-gs"}
 
     if program.startswith("raster-") or program == "render":
         if program == "render":
@@ -173,14 +182,7 @@ def lowered(program: str, target, gaussians: int = 100_000, size=(WIDTH, HEIGHT)
 
             fn = jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))
         arrays = [np.asarray(a, np.float32) for a in args]
-        if target is None:
-            return jax.jit(fn).lower(*arrays), {"gaussians": n, "capacity": cap}
-        from jax_backend.devices import abstract
-
-        with compile_for(target[:1]):
-            spec = abstract(arrays, jax.sharding.SingleDeviceSharding(target[0]))
-            return (jax.jit(fn).trace(*spec).lower(lowering_platforms=(target[0].platform,)),
-                    {"gaussians": n, "capacity": cap})
+        return _lower_one(fn, arrays, target), {"gaussians": n, "capacity": cap}
     kind, variant = program.split("-")
     method = "jax-gs-mcmc" if variant == "mcmc" else "jax-gs"
     default = gaussians == 100_000 and tuple(size) == (WIDTH, HEIGHT)

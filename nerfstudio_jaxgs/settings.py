@@ -69,7 +69,7 @@ def check_supported(config) -> None:
             raise InputError(f"{_flag(name)} {getattr(config, name)}: it only matters with {_flag(switch)} True")
     if config.strategy != "mcmc":
         for name in MCMC_ONLY:
-            if hasattr(config, name) and _changed(config, name):
+            if _changed(config, name):
                 raise InputError(f"{_flag(name)} {getattr(config, name)}: only the MCMC strategy uses it "
                                  f"(--pipeline.model.strategy mcmc, or ns-train jax-gs-mcmc)")
     if config.strategy != "default":
@@ -92,12 +92,9 @@ def strategy(config, num_train_data: int):
     common = dict(refine_start=config.warmup_length, refine_every=config.refine_every,
                   refine_stop=config.stop_split_at, budget=config.max_gaussians)
     if config.strategy == "mcmc":
-        if getattr(config, "max_gs_num", 0) > 0:  # newer splatfacto's name for the budget
-            common["budget"] = config.max_gs_num
-        return "mcmc", dict(common, min_opacity=config.cull_alpha_thresh, absgrad=False,
-                            noise_lr=getattr(config, "noise_lr", 5e5),
-                            opacity_reg=getattr(config, "mcmc_opacity_reg", 0.01),
-                            scale_reg=getattr(config, "mcmc_scale_reg", 0.01))
+        return "mcmc", dict(common, budget=config.max_gs_num or config.max_gaussians,  # newer splatfacto's name first
+                            min_opacity=config.cull_alpha_thresh, absgrad=False, noise_lr=config.noise_lr,
+                            opacity_reg=config.mcmc_opacity_reg, scale_reg=config.mcmc_scale_reg)
     return "default", dict(
         common,
         prune_opa=config.cull_alpha_thresh,

@@ -11,9 +11,6 @@ import time
 import urllib.request
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
-# WebGL without a GPU: SwiftShader through ANGLE (--disable-gpu would turn WebGL off)
-WEBGL_FLAGS = ["--headless", "--no-sandbox", "--no-first-run", "--disable-background-networking",
-               "--enable-unsafe-swiftshader", "--use-angle=swiftshader", "--ignore-gpu-blocklist"]
 
 
 def find_chromium():
@@ -44,13 +41,13 @@ def wait_for_port(port: int, timeout: float, proc=None) -> None:
 
 
 class Browser:
-    def __init__(self, width=1280, height=800, flags=CHROMIUM_FLAGS):
+    def __init__(self, width=1280, height=800):
         exe = find_chromium()
         if exe is None:
             raise RuntimeError("no chromium found")
         self.port = free_port()
         self.profile = tempfile.mkdtemp(prefix="jaxgs-chromium-")
-        self.proc = subprocess.Popen([exe, *flags, f"--remote-debugging-port={self.port}",
+        self.proc = subprocess.Popen([exe, *CHROMIUM_FLAGS, f"--remote-debugging-port={self.port}",
                                       f"--user-data-dir={self.profile}", f"--window-size={width},{height}",
                                       "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_for_port(self.port, 60, self.proc)
@@ -84,11 +81,6 @@ class Browser:
         r = self.call("Runtime.evaluate", expression="document.body ? document.body.innerText : ''",
                       returnByValue=True)
         return r.get("result", {}).get("value", "") or ""
-
-    def evaluate(self, expression: str):
-        """The value of a JavaScript expression on the page."""
-        r = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
-        return r.get("result", {}).get("value")
 
     def screenshot(self) -> bytes:
         return base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"])

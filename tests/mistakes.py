@@ -33,6 +33,7 @@ class Case:
     after: Optional[Callable[[], None]] = None  # extra checks (assertions) once the command has ended
     last_line_starts: str = "jax-gs: error: "  # "": the last line is not checked (nor tracebacks)
     interrupt: Optional[list] = None  # [(text, signal), ...]: send each signal once a line holds its text
+    outcome: dict = field(default_factory=dict)  # the output and last line, for `after` to read
 
 
 @dataclass
@@ -291,23 +292,24 @@ def _export_onto_a_file(tmp, t: Trained):
                 keep=[out])
 
 
-# Runs an ns-* command's entry point in a process that SIGKILLs itself when it is about to fsync a
-# temporary file (".<target>.<pid>.<random>.tmp"): the moment of a kill that would do most harm,
-# the new file written and the old one not yet replaced. With an in-place writer there is no such
-# moment and the target is overwritten: the case fails.
-KILLED_AT_FSYNC = """
-import os, signal, sys
+# Runs an ns-* command's entry point in a process that meets `fault` when it is about to fsync a
+# temporary file (".<target>.<pid>.<random>.tmp"). KILLED_AT_FSYNC: a SIGKILL, the moment of a kill
+# that would do most harm, the new file written and the old one not yet replaced (with an in-place
+# writer there is no such moment and the target is overwritten: the case fails).
+AT_TEMP_FSYNC = """
+import errno, os, signal, sys
 from importlib.metadata import entry_points
 real = os.fsync
 def fsync(fd):
-    if os.readlink(f"/proc/self/fd/{fd}").endswith(".tmp"):
-        os.kill(os.getpid(), signal.SIGKILL)
+    if os.readlink(f"/proc/self/fd/{{fd}}").endswith(".tmp"):
+        {fault}
     real(fd)
 os.fsync = fsync
 command = sys.argv[1]
 sys.argv = sys.argv[1:]
 next(e for e in entry_points(group="console_scripts") if e.name == command).load()()
 """
+KILLED_AT_FSYNC = AT_TEMP_FSYNC.format(fault="os.kill(os.getpid(), signal.SIGKILL)")
 
 
 def killed_at_fsync(command: str, *args):
@@ -378,21 +380,9 @@ def _only(folder, names):
     assert left == names, f"{folder}: {left}"
 
 
-# Runs an ns-* command's entry point in a process whose fsync of a temporary file fails with ENOSPC
-# (as a full disk reports a write it could not place): where no small file system can be mounted.
-FULL_AT_FSYNC = """
-import errno, os, sys
-from importlib.metadata import entry_points
-real = os.fsync
-def fsync(fd):
-    if os.readlink(f"/proc/self/fd/{fd}").endswith(".tmp"):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    real(fd)
-os.fsync = fsync
-command = sys.argv[1]
-sys.argv = sys.argv[1:]
-next(e for e in entry_points(group="console_scripts") if e.name == command).load()()
-"""
+# The same, the fsync failing with ENOSPC (as a full disk reports a write it could not place):
+# where no small file system can be mounted.
+FULL_AT_FSYNC = AT_TEMP_FSYNC.format(fault="raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))")
 
 
 def small_disk(folder: Path, size: int) -> bool:
@@ -499,11 +489,10 @@ def _ctrl_c_during_training(tmp, t: Trained):
     args = [BIN / "ns-train", "jax-gs", "--data", FOX, "--max-num-iterations", "20", "--timestamp", "c",
             "--output-dir", tmp / "out", *QUICK, "nerfstudio-data"]
     models = tmp / "out" / "fox" / "jax-gs" / "c" / "nerfstudio_models"
-    out = {}
     case = Case(args, f"checkpoint {models / 'step-000000009.ckpt'}; resume with: ns-train jax-gs --load-dir {models}",
                 rc=128 + signal.SIGINT, last_line_starts="jax-gs: stopped by Ctrl-C after 10 of 20 steps",
-                interrupt=[(TRAINING_STARTS, signal.SIGINT)], after=lambda: _resume_as_printed(out, models, t))
-    case.outcome = out  # filled by check_outcome
+                interrupt=[(TRAINING_STARTS, signal.SIGINT)])
+    case.after = lambda: _resume_as_printed(case.outcome, models, t)
     return case
 
 
@@ -622,8 +611,7 @@ def check_outcome(case: Case, out: Outcome, before: dict) -> List[str]:
             problems.append(f"last line does not name {case.culprit!r}")
     elif case.culprit and case.culprit not in out.output:
         problems.append(f"output does not mention {case.culprit!r}")
-    if isinstance(getattr(case, "outcome", None), dict):  # for `after`, which checks the output too
-        case.outcome.update(output=out.output, last=out.last)
+    case.outcome.update(output=out.output, last=out.last)
     for path, data in before.items():
         if not path.exists() or path.read_bytes() != data:
             problems.append(f"{path} changed")

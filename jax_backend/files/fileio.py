@@ -79,20 +79,16 @@ def atomic_open(path, temp_dir=None, size=None):
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     folder = Path(temp_dir) if temp_dir is not None else path.parent
+    tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=folder)
-    except OSError as e:
-        if out_of_space(e):
-            raise disk_full_error(path, size() if callable(size) else size) from None
-        raise
-    try:
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as e:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
         if out_of_space(e):
             raise disk_full_error(path, size() if callable(size) else size) from None
