@@ -1,4 +1,4 @@
-"""One call on an accelerator (or, with --tiny, a rehearsal on the CPU): exactness of both
+"""One call on an accelerator (or, with --tiny, a rehearsal on the CPU): exactness of the three
 rasterizers against the float64 reference, their speed and peak device memory, the engine's
 training steps/s, the same renders and a training step through gsplat's CUDA `rasterization`
 when it is importable, and the plugin's GPU path (torch and JAX on one device, DLPack zero copy).
@@ -19,6 +19,7 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+RASTERIZERS = ("pallas", "flat", "standard")  # pallas: the GPU default (Triton), timed beside gsplat's CUDA
 sys.path.insert(0, str(ROOT / "tests"))  # reference.py, scenes.py: the independent float64 renderer
 
 
@@ -50,7 +51,7 @@ def exactness(width, height, n):
     s = hard_scene(n=n)
     vms, Ks = cameras(width, height, n=3)
     out = {}
-    for r in ("flat", "standard"):
+    for r in RASTERIZERS:
         img, alpha, _ = rasterization(s["means"], s["quats"], s["scales"], s["opacities"], s["colors"], vms, Ks,
                                       width, height, rasterizer=r)
         err = 0.0
@@ -89,7 +90,7 @@ def rasterizer_speed(sizes, repeats):
         K = args[6].at[:, 0, 2].set(width / 2).at[:, 1, 2].set(height / 2).at[:, 0, 0].set(0.9 * width).at[:, 1, 1].set(0.9 * width)
         _, _, meta = rasterization(*args[:6], K, width, height)
         cap = next_capacity(int(meta["num_intersections"][0]))
-        for r in ("flat", "standard"):
+        for r in RASTERIZERS:
             def loss(*p, r=r):
                 im, _, _ = rasterization(*p, args[5], K, width, height, rasterizer=r, capacity=cap)
                 return jnp.mean((im - 0.5) ** 2)

@@ -12,7 +12,7 @@ Two ways of using several devices, two names:
 Everything that compiles takes its devices and its platform from here (`target_devices`,
 `platform`). By default they are this process's local devices; inside `compile_for(devices)`
 they are the given ones, e.g. a TPU topology's compile-only devices, so the same code lowers and
-compiles for this CPU or for a TPU (`benchmarks/tpu_compile.py`): the choices a program makes by
+compiles for this CPU or for a TPU (`benchmarks/accelerator_compile.py`): the choices a program makes by
 platform (the flat rasterizer's tile groups, the binning's buffer tiers and sorts, tile dealing
 over CPU cores) then follow the target, not the machine compiling it.
 """
@@ -63,13 +63,20 @@ def compile_for(devices: Sequence):
         jax.clear_caches()
 
 
-def topology_devices(topology: str, platform: str = "tpu", **kwargs) -> list:
+def topology_devices(name: str, platform: str = "tpu", **kwargs) -> list:
     """The compile-only devices of an accelerator topology, e.g. "v5e:2x2" or "v6e:2x2" for TPU
     (libtpu must be installed: `pip install -e ".[tpu]"`). kwargs go to
-    `jax.experimental.topologies.get_topology_desc` (a GPU target's `target_config`, `topology`)."""
+    `jax.experimental.topologies.get_topology_desc`: a GPU target (`platform="cuda"`, name "")
+    takes `target_config` (a GpuTargetConfigProto in text form) and `topology`
+    ("<partitions>x<hosts per partition>x<devices per host>"; `pip install -e ".[gpu]"`)."""
     from jax.experimental import topologies
 
-    return list(topologies.get_topology_desc(topology_name=topology, platform=platform, **kwargs).devices)
+    return list(topologies.get_topology_desc(topology_name=name, platform=platform, **kwargs).devices)
+
+
+def lowering_platform(device) -> str:
+    """The platform name `lower(lowering_platforms=...)` takes for a device (a GPU's is "cuda")."""
+    return {"gpu": "cuda"}.get(device.platform, device.platform)
 
 
 def abstract(tree, sharding):

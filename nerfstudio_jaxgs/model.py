@@ -36,8 +36,10 @@ class JaxGSModelConfig(SplatfactoModelConfig):
     units wide around the origin (splatfacto's default is 10)."""
     steps_per_block: int = 100
     """Training steps compiled into one XLA program (one trainer iteration advances this many)."""
-    rasterizer: Literal["flat", "standard"] = "flat"
-    """Rasterizer: "flat" (all tiles on one axis, built for TPUs/XLA) or "standard"."""
+    rasterizer: Literal["auto", "flat", "standard", "pallas"] = "auto"
+    """Rasterizer: "auto" (pallas on a GPU, flat elsewhere), "flat" (all tiles on one axis, built
+    for TPUs/XLA), "standard" (vmap over tiles and pixels) or "pallas" (one kernel per pass:
+    Triton on a GPU, interpreted on a CPU: exact but slow there)."""
     strategy: Literal["default", "mcmc"] = "default"
     """Density control: splatfacto's (gsplat's default: clone/split/prune) or 3DGS-MCMC (fixed budget)."""
     max_gaussians: int = 0

@@ -1,4 +1,4 @@
-"""Gradients of both rasterizers against central finite differences of the float64 dense renderer."""
+"""Gradients of every rasterizer against central finite differences of the float64 dense renderer."""
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -61,7 +61,7 @@ def fd_case(request):
     return p, vms, Ks, wimg, walpha, request.param, _fd(p, vms, Ks, wimg, walpha, request.param)
 
 
-@pytest.mark.parametrize("rasterizer", ["flat", "standard"])
+@pytest.mark.parametrize("rasterizer", ["flat", "standard", "pallas"])
 def test_gradients_match_finite_differences(fd_case, rasterizer):
     p, vms, Ks, wimg, walpha, mode, fd = fd_case
 

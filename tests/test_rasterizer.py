@@ -8,7 +8,7 @@ from jax_backend import count_intersections, rasterization
 from jax_backend.rendering.rasterize_flat import MAX_GROUPS, auto_groups
 from scenes import cameras, hard_scene
 
-RASTERIZERS = ["flat", "standard"]
+RASTERIZERS = ["flat", "standard", "pallas"]
 
 
 def _ref(scene, vms, Ks, w, h, **kw):
@@ -108,7 +108,8 @@ def test_rasterizers_agree_and_tiling_changes_nothing():
     for kw in (dict(rasterizer="standard"), dict(rasterizer="flat", tile_size=8, chunk=5),
                dict(rasterizer="standard", tile_size=32, tile_batch=3), dict(rasterizer="flat", chunk=1),
                dict(rasterizer="flat", groups=1), dict(rasterizer="flat", groups=7, chunk=3),
-               dict(rasterizer="flat", groups=4, chunk=3)):  # 15 tiles in 4 groups of 4: the last padded
+               dict(rasterizer="flat", groups=4, chunk=3),  # 15 tiles in 4 groups of 4: the last padded
+               dict(rasterizer="pallas", tile_size=8), dict(rasterizer="pallas", tile_size=12)):  # 144 pixels padded to 256
         other = rasterization(*args, sh_degree=3, **kw)[0]
         np.testing.assert_allclose(np.asarray(other), np.asarray(base), atol=2e-5, err_msg=str(kw))
 
@@ -277,3 +278,23 @@ def test_binning_on_the_smallest_buffer_tier_gives_every_tiles_list(sort_policy)
             expected = hit[np.lexsort((hit, depth[hit]))]
             np.testing.assert_array_equal(ids[start[t]:end[t]], expected, err_msg=f"tile {t}, {total} intersections")
     assert len(seen) == len(buffer_tiers(capacity)) + 1, seen  # every tier and an overflow were exercised
+
+
+def test_auto_rasterizer_follows_the_target_platform(monkeypatch):
+    """"auto" (the default) is the Pallas kernels where programs are built for a GPU and the flat
+    rasterizer elsewhere; Pallas for a TPU is refused with one line naming the alternative."""
+    from jax_backend import devices
+    from jax_backend.rendering.composite import resolve_rasterizer
+
+    assert resolve_rasterizer("auto") == "flat" and resolve_rasterizer("standard") == "standard"
+    for platform, expected in (("gpu", "pallas"), ("tpu", "flat"), ("cpu", "flat")):
+        monkeypatch.setattr(devices, "platform", lambda: platform)
+        assert resolve_rasterizer("auto") == expected
+    with pytest.raises(ValueError, match="rasterizer must be one of"):
+        resolve_rasterizer("cuda")
+    monkeypatch.setattr(devices, "platform", lambda: "tpu")
+    scene = hard_scene(n=20)
+    vms, Ks = cameras(32, 32, n=1)
+    with pytest.raises(ValueError, match="on a TPU use rasterizer='flat'"):
+        rasterization(scene["means"], scene["quats"], scene["scales"], scene["opacities"], scene["colors"], vms, Ks,
+                      32, 32, rasterizer="pallas")

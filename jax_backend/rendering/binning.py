@@ -138,8 +138,7 @@ def _sorted_lists(size: int, lo_t, n_xy, by_depth, counts, starts, total, grid: 
     in_use = slot < total
     tile = jnp.where(in_use, ty * grid.tiles_x + tx, grid.num_tiles).astype(jnp.int32)
     tile_sorted, rank_sorted = sort_by_tile(tile, rank, grid.num_tiles, n)
-    return by_depth[rank_sorted], jnp.searchsorted(tile_sorted, jnp.arange(grid.num_tiles + 1, dtype=jnp.int32),
-                                                   side="left")
+    return by_depth[rank_sorted], array_ops.run_starts(tile_sorted, grid.num_tiles)
 
 
 def bin_gaussians(proj: Projected, grid: TileGrid, capacity: int) -> Bins:
@@ -173,7 +172,7 @@ def bin_gaussians(proj: Projected, grid: TileGrid, capacity: int) -> Bins:
         return jnp.pad(ids, (0, capacity - size)), bounds
 
     sizes = buffer_tiers(capacity)
-    tier = jnp.searchsorted(jnp.array(sizes, jnp.int32), total, side="left")  # switch clamps: overflow -> all
+    tier = jnp.sum(jnp.array(sizes, jnp.int32) < total)  # the first that holds it (switch clamps: overflow -> all)
     ids_sorted, bounds = jax.lax.switch(tier, [partial(at, size) for size in sizes])
     return Bins(
         gaussian_ids=ids_sorted,

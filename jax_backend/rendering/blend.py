@@ -1,7 +1,7 @@
 """The per-Gaussian, per-pixel blend rule, forward and backward, written once.
 
-Both rasterizers call `blend_forward` / `blend_backward` on their own layouts (broadcasting does
-the rest):
+Every rasterizer calls `blend_forward` / `blend_backward` on its own layout (broadcasting does
+the rest; the Pallas kernels pass the features as a tuple of channels, `scaled_add`):
   alpha = min(0.99, o exp(-q/2)),  q = a dx^2 + 2 b dx dy + c dy^2;
   alpha < 1/255 is skipped; a Gaussian that would take T below 1e-4 is not blended and the pixel
   stops; colour = sum alpha_i T_i c_i + T_final * background.
@@ -70,17 +70,30 @@ class PixelGrads(NamedTuple):
     abs_means: tuple  # |d mean x|, |d mean y|
 
 
-def initial_state(inside, ch: int) -> BlendState:
+def scaled(w, x):
+    """w * x over feature channels: x an array [ch, ...], or a tuple of one array (or scalar) per
+    channel (inside a Pallas kernel, where an axis of 3 channels is not a legal block)."""
+    return tuple(w * v for v in x) if isinstance(x, tuple) else w * x
+
+
+def scaled_add(acc, w, x):
+    """acc + w * x over feature channels (layouts as `scaled`)."""
+    return tuple(a + b for a, b in zip(acc, scaled(w, x))) if isinstance(acc, tuple) else acc + w * x
+
+
+def initial_state(inside, ch: int, per_channel: bool = False) -> BlendState:
     """Blend state before any Gaussian: T = 1, no colour; pixels outside the image are done.
 
     Args:
       inside: [...] bool, the pixel lies in the image.
       ch: number of feature channels.
+      per_channel: the colour as a tuple of ch arrays [...] (`scaled`), not one [ch, ...].
     """
     shape = inside.shape
+    zeros = jnp.zeros(shape, jnp.float32)
     return BlendState(
         T=jnp.ones(shape, jnp.float32),
-        color=jnp.zeros((ch,) + shape, jnp.float32),
+        color=(zeros,) * ch if per_channel else jnp.zeros((ch,) + shape, jnp.float32),
         last=jnp.zeros(shape, jnp.int32),
         done=~inside,
     )
@@ -114,7 +127,7 @@ def blend_forward(state: BlendState, px: Pixels, s: Splat) -> BlendState:
     w = jnp.where(blend, alpha * state.T, 0.0)
     return BlendState(
         T=jnp.where(blend, next_T, state.T),
-        color=state.color + w * s.feats,
+        color=scaled_add(state.color, w, s.feats),
         last=jnp.where(blend, s.pos + 1, state.last),
         done=state.done | stop,
     )
@@ -132,7 +145,7 @@ def blend_backward(state: BackState, px: Pixels, s: Splat, cot: PixelCotangents)
     inv = 1.0 / (1.0 - alpha)
     T_k = jnp.where(active, state.T * inv, state.T)
     w = jnp.where(active, alpha * T_k, 0.0)
-    ch = cot.dC.shape[0]
+    ch = len(cot.dC)
     d_alpha = cot.dA * cot.T_final * inv
     for i in range(ch):  # unrolled over channels: no trailing-axis reductions
         d_alpha = d_alpha + cot.dC[i] * (T_k * f[i] - state.behind[i] * inv)
@@ -142,10 +155,10 @@ def blend_backward(state: BackState, px: Pixels, s: Splat, cot: PixelCotangents)
     d_my = -d_q * (2.0 * g[3] * dx + 2.0 * g[4] * dy)
     grads = PixelGrads(
         geom=(d_mx, d_my, d_q * dx * dx, 2.0 * d_q * dx * dy, d_q * dy * dy, d_alpha * vis),
-        feats=w * cot.dC,
+        feats=scaled(w, cot.dC),
         abs_means=(jnp.abs(d_mx), jnp.abs(d_my)),
     )
-    return BackState(T=T_k, behind=state.behind + w * f), grads
+    return BackState(T=T_k, behind=scaled_add(state.behind, w, f)), grads
 
 
 def sum_pixels(grads: PixelGrads):

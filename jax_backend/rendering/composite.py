@@ -9,8 +9,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import devices
 from .blend import PixelCotangents
 from .rasterize_flat import flat_backward, flat_forward
+from .rasterize_pallas import pallas_backward, pallas_forward
 from .rasterize_standard import standard_backward, standard_forward
 from .tile_parallel import dealt_backward, dealt_forward
 from .tiles import TileGrid, TileLists, all_tiles, image_to_tiles, tiles_to_image
@@ -26,7 +28,21 @@ class Rasterizer(NamedTuple):
 RASTERIZERS = {
     "flat": Rasterizer(flat_forward, flat_backward),
     "standard": Rasterizer(standard_forward, standard_backward),
+    "pallas": Rasterizer(pallas_forward, pallas_backward),
 }
+
+
+AUTO = "auto"  # the rasterizer for the platform programs are built for (`resolve_rasterizer`)
+
+
+def resolve_rasterizer(name: str) -> str:
+    """`name`, or for "auto" the rasterizer for the target platform (`devices.platform`): "pallas"
+    on a GPU (one kernel per pass), "flat" elsewhere (CPU and TPU). ValueError naming the choices
+    for an unknown name."""
+    if name == AUTO:
+        return "pallas" if devices.platform() == "gpu" else "flat"
+    get_rasterizer(name)
+    return name
 
 
 def get_rasterizer(name: str) -> Rasterizer:
@@ -34,7 +50,7 @@ def get_rasterizer(name: str) -> Rasterizer:
     try:
         return RASTERIZERS[name]
     except (KeyError, TypeError):
-        raise ValueError(f"rasterizer must be one of {sorted(RASTERIZERS)}, got {name!r}") from None
+        raise ValueError(f"rasterizer must be one of {sorted(RASTERIZERS) + [AUTO]}, got {name!r}") from None
 
 
 class CompositeConfig(NamedTuple):

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .binning import bin_gaussians, next_capacity, tile_rect
-from .composite import CompositeConfig, composite, get_rasterizer
+from .composite import CompositeConfig, composite, resolve_rasterizer
 from .projection import RASTERIZE_MODES, project_gaussians
 from .sh import sh_to_color
 from ..devices import tile_copies
@@ -32,7 +32,7 @@ def default_capacity(num_gaussians: int, num_cameras: int = 1, width: int = 0, h
     return _capacity_hints.get(key, next_capacity(4 * num_gaussians))
 
 
-def _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degree, backgrounds, render_mode, rasterizer):
+def _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degree, backgrounds, render_mode):
     n = means.shape[0] if means.ndim == 2 else -1
     if means.ndim != 2 or means.shape[1] != 3:
         raise ValueError(f"means must be [N,3], got {means.shape}")
@@ -51,7 +51,6 @@ def _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degr
         raise ValueError(f"with sh_degree, colors must be SH coefficients [N,K,3], K in 1,4,9,16; got {colors.shape}")
     if render_mode not in RENDER_MODES:
         raise ValueError(f"render_mode must be one of {RENDER_MODES}, got {render_mode!r}")
-    get_rasterizer(rasterizer)  # raises on an unknown name
     if backgrounds is not None and (backgrounds.ndim != 2 or backgrounds.shape[0] != c):
         raise ValueError(f"backgrounds must be [C,D], got {backgrounds.shape}")
 
@@ -163,7 +162,7 @@ def rasterization(
     eps2d: float = 0.3,
     render_mode: str = "RGB",
     rasterize_mode: str = "classic",
-    rasterizer: str = "flat",
+    rasterizer: str = "auto",
     tile_size: int = 16,
     capacity: Optional[int] = None,
     means2d_probe=None,
@@ -191,7 +190,8 @@ def rasterization(
       render_mode: "RGB", "D" (accumulated depth), "ED" (expected depth), "RGB+D", "RGB+ED".
       rasterize_mode: "classic" (3DGS) or "antialiased" (Mip-Splatting's 2D filter with opacity
         compensation, o * sqrt(det(S) / det(S + eps2d I)), as gsplat's; `projection.py`).
-      rasterizer: "flat" or "standard" (`composite.RASTERIZERS`).
+      rasterizer: "flat", "standard" or "pallas" (`composite.RASTERIZERS`), or "auto": "pallas"
+        when the program is built for a GPU, "flat" elsewhere (`composite.resolve_rasterizer`).
       tile_size: tile edge in pixels.
       capacity: intersection buffer size. Called eagerly, a buffer that turns out too small is
         grown (power-of-two buckets) and the frame rendered again. Under `jit`/`grad` tracing the
@@ -216,7 +216,7 @@ def rasterization(
     )
     if backgrounds is not None:
         backgrounds = jnp.asarray(backgrounds, jnp.float32)
-    _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degree, backgrounds, render_mode, rasterizer)
+    _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degree, backgrounds, render_mode)
     if rasterize_mode not in RASTERIZE_MODES:
         raise ValueError(f"rasterize_mode must be one of {RASTERIZE_MODES}, got {rasterize_mode!r}")
     width, height = int(width), int(height)
@@ -229,7 +229,7 @@ def rasterization(
     traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(inputs))
     if means2d_probe is None:  # zeros; made on the host when eager (no program compiled for them)
         means2d_probe = (jnp if traced else np).zeros((c, n, 2), np.float32)
-    cfg = CompositeConfig(TileGrid(width, height, int(tile_size)), rasterizer, int(chunk), int(groups or 0),
+    cfg = CompositeConfig(TileGrid(width, height, int(tile_size)), resolve_rasterizer(rasterizer), int(chunk), int(groups or 0),
                           int(tile_batch), bool(absgrad), int(tile_devices))  # groups 0: automatic
     arrays = (*inputs[:-2], means2d_probe, degree)  # the probe, made above when none was given
     if not traced:  # called eagerly: the inputs go where the dealt program runs (a trainer's state is on one device)

@@ -169,7 +169,7 @@ def alive_first(gaussians: Gaussians):
 
 
 def render_gaussians(gaussians: Gaussians, viewmat, K, width: int, height: int, *, sh_degree, background=None,
-                     render_mode: str = "RGB+ED", rasterizer: str = "flat", rasterize_mode: str = "classic", keep=None,
+                     render_mode: str = "RGB+ED", rasterizer: str = "auto", rasterize_mode: str = "classic", keep=None,
                      tile_devices: int = 1):
     """Render the alive Gaussians from one camera (eagerly: the intersection buffer grows as needed).
 
@@ -180,7 +180,7 @@ def render_gaussians(gaussians: Gaussians, viewmat, K, width: int, height: int, 
       sh_degree: SH bands to evaluate (e.g. `schedule.sh_degree_at(step, ...)`).
       background: [3] colour behind the Gaussians (black when None).
       render_mode: as `rasterization`.
-      rasterizer: "flat" or "standard".
+      rasterizer: "auto", "flat", "standard" or "pallas" (`rasterization`).
       rasterize_mode: "classic" or "antialiased" (as `rasterization`).
       keep: optional [capacity] bool, Gaussians to render (others get opacity 0; e.g. a crop box).
       tile_devices: the image's tiles are dealt over this many local devices (as `rasterization`).

@@ -30,7 +30,7 @@ class TrainConfig:
 
     max_steps: int = 30_000  # the run's last step: no density control after it
     steps_per_block: int = 100
-    rasterizer: str = "flat"
+    rasterizer: str = "auto"  # `rendering.composite.resolve_rasterizer`: pallas on a GPU, else flat
     rasterize_mode: str = "classic"  # or "antialiased" (`rendering.projection`)
     sh_degree: int = 3
     sh_degree_interval: int = 1000  # one more SH band every this many steps

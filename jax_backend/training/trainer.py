@@ -218,7 +218,7 @@ class Trainer:
             sharding = dev.stacked_sharding(target) if self.parallel else jax.sharding.SingleDeviceSharding(target[0])
             abstract = dev.abstract(args, sharding)
             return fn.lower(*abstract) if self.parallel else fn.trace(*abstract).lower(
-                lowering_platforms=(target[0].platform,))
+                lowering_platforms=(dev.lowering_platform(target[0]),))
 
     def lower_block(self, num_steps: int, target=None):
         """The next block's program of `num_steps` steps, lowered (`.compile()` it): for this

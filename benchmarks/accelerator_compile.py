@@ -1,7 +1,13 @@
-"""Every jax-gs program compiled for TPU on this host, without a TPU (deviceless ahead-of-time
-compilation through libtpu: `pip install -e ".[tpu]"`), beside the same program compiled for this
-CPU: compile seconds, generated code, HBM for arguments / outputs / temporaries, and whether it
-fits one chip.
+"""Every jax-gs program compiled for TPU and GPU on this host, without either (deviceless
+ahead-of-time compilation: libtpu, `pip install -e ".[tpu]"`; XLA's GPU compiler, `pip install -e
+".[gpu]"`), beside the same program compiled for this CPU: compile seconds, generated code, device
+memory for arguments / outputs / temporaries, and whether it fits one chip. For a GPU also the
+kernel launches per call counted from the optimised HLO (`benchmarks/launches.py`), the HLO while
+loops, and for a train block the launches of one training step (its scan body).
+
+Targets: "cpu"; TPU topologies by name ("v5e:2x2", "v6e:2x2"); GPUs "h200" and "a100", whose
+XLA target configs (GpuTargetConfigProto text, every figure with its source) are in
+`benchmarks/gpu_targets/`.
 
 Programs (`PROGRAMS`), on a capture of fern's size (20 views of 504x378) unless said:
   raster-{flat,standard}-{100k,1m}: `rasterization` forward + backward (sum of the image and alpha)
@@ -18,11 +24,12 @@ Programs (`PROGRAMS`), on a capture of fern's size (20 views of 504x378) unless 
 
 Every compile runs in its own process, one after another in this one run.
 
-    python -m benchmarks.tpu_compile [--targets cpu v5e:2x2 v6e:2x2] [--programs ...] [--out FILE]
-    python -m benchmarks.tpu_compile --targets v5e:2x2 --fit 250000 500000 1000000 2000000  # sized to fit
+    python -m benchmarks.accelerator_compile [--targets cpu v5e:2x2 v6e:2x2 h200 a100] [--programs ...] [--out FILE]
+    python -m benchmarks.accelerator_compile --targets v5e:2x2 --fit 250000 500000 1000000 2000000  # sized to fit
 
-Compile-only: nothing here has run on a TPU. The figures say how long XLA takes to compile for a
-TPU on this host, and how much HBM the compiled program asks for.
+Compile-only: nothing here has run on a TPU or a GPU. The figures say how long XLA takes to
+compile for one on this host, how much device memory the compiled program asks for, and (GPU) how
+many kernels it would launch; not how fast it runs.
 """
 from __future__ import annotations
 
@@ -35,9 +42,11 @@ import time
 
 WIDTH, HEIGHT = 504, 378
 VIEWS = 20
-HBM_GIB = {"v5e": 16, "v6e": 32, "v5p": 95, "v4": 32}  # HBM per chip
+HBM_GIB = {"v5e": 16, "v6e": 32, "v5p": 95, "v4": 32, "h200": 141e9 / 2**30, "a100": 80}  # memory per chip
+GPU_TARGETS = ("h200", "a100")  # benchmarks/gpu_targets/<name>.txtpb
 PROGRAMS = ["raster-flat-100k", "block-default", "render", "refine-default", "block-mcmc", "block-dp4",
-            "raster-standard-100k", "refine-mcmc", "raster-flat-1m", "raster-standard-1m"]
+            "raster-standard-100k", "refine-mcmc", "raster-flat-1m", "raster-standard-1m", "raster-pallas-100k",
+            "raster-pallas-10k", "raster-flat-10k", "raster-standard-10k", "block-default-10k"]
 SEED = "seed-raster-100k"  # the seed article's rasterizer (`--seed-dir`)
 
 
@@ -126,64 +135,83 @@ def seed_program(n: int = 100_000):
     return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4)), [np.asarray(a, np.float32) for a in args]
 
 
+def target_devices(name: str) -> list:
+    """The compile-only devices of a target: a TPU topology ("v5e:2x2") or a GPU of
+    `GPU_TARGETS` (one device)."""
+    from jax_backend import topology_devices
+
+    if name in GPU_TARGETS:
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_targets", f"{name}.txtpb")
+        with open(path) as f:
+            return topology_devices("", platform="cuda", target_config=f.read(), topology="1x1x1")
+    return topology_devices(name)
+
+
 def _lower_one(fn, arrays, target):
     """`fn` on `arrays` lowered for this host's CPU (`target` None) or, inside `compile_for`, for
     the first of `target`'s devices."""
     import jax
 
     from jax_backend import compile_for
-    from jax_backend.devices import abstract
+    from jax_backend.devices import abstract, lowering_platform
 
     if target is None:
         return jax.jit(fn).lower(*arrays)
     with compile_for(target[:1]):
         spec = abstract(arrays, jax.sharding.SingleDeviceSharding(target[0]))
-        return jax.jit(fn).trace(*spec).lower(lowering_platforms=(target[0].platform,))
+        return jax.jit(fn).trace(*spec).lower(lowering_platforms=(lowering_platform(target[0]),))
+
+
+SIZES = {"10k": 10_000, "100k": 100_000, "1m": 1_000_000}
+
+
+def raster_program(program: str):
+    """(function, its float32 arguments, info) of a `raster-<rasterizer>-<size>` or `render` program."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jax_backend import rasterization
+    from jax_backend.rendering import count_intersections, next_capacity
+
+    if program == "render":
+        rasterizer, n = "auto", 100_000
+    else:
+        _, rasterizer, size = program.split("-")
+        n = SIZES[size]
+    means, quats, scales, opacities, colors, viewmats, Ks = scene_views(n)
+    cap = next_capacity(int(count_intersections(means, quats, scales, opacities, viewmats[:1], Ks[:1], WIDTH,
+                                                HEIGHT)[0]))
+    if program == "render":  # SH coefficients, as the eval and the viewer render them
+        sh = np.zeros((n, 16, 3), np.float32)
+        args = (means, quats, scales, opacities, sh, viewmats[:1], Ks[:1])
+
+        def fn(m, q, s, o, c, vm, K):
+            return rasterization(m, q, s, o, c, vm, K, WIDTH, HEIGHT, sh_degree=3, render_mode="RGB+ED",
+                                 capacity=cap)[:2]
+    else:
+        args = (means, quats, scales, opacities, colors, viewmats[:1], Ks[:1])
+
+        def loss(m, q, s, o, c, vm, K):
+            img, alpha, _ = rasterization(m, q, s, o, c, vm, K, WIDTH, HEIGHT, capacity=cap, rasterizer=rasterizer)
+            return jnp.sum(img) + jnp.sum(alpha)
+
+        fn = jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))
+    return fn, [np.asarray(a, np.float32) for a in args], {"gaussians": n, "capacity": cap, "rasterizer": rasterizer}
 
 
 def lowered(program: str, target, gaussians: int = 100_000, size=(WIDTH, HEIGHT)):
     """`program` lowered for `target` devices (None: this host's CPU); `gaussians` and `size` for
     the blocks (`--fit`)."""
-    import jax
-    import jax.numpy as jnp
-
-    from jax_backend import rasterization
-
     if program == "seed-raster-100k":
         fn, arrays = seed_program()
         return _lower_one(fn, arrays, target), {"gaussians": 100_000, "code": "ghif/jax-gs"}
-
     if program.startswith("raster-") or program == "render":
-        if program == "render":
-            rasterizer, n = "flat", 100_000
-        else:
-            _, rasterizer, size = program.split("-")
-            n = {"100k": 100_000, "1m": 1_000_000}[size]
-        from jax_backend.rendering import count_intersections, next_capacity
-
-        means, quats, scales, opacities, colors, viewmats, Ks = scene_views(n)
-        cap = next_capacity(int(count_intersections(means, quats, scales, opacities, viewmats[:1], Ks[:1], WIDTH,
-                                                    HEIGHT)[0]))
-        import numpy as np
-
-        if program == "render":  # SH coefficients, as the eval and the viewer render them
-            sh = np.zeros((n, 16, 3), np.float32)
-            args = (means, quats, scales, opacities, sh, viewmats[:1], Ks[:1])
-
-            def fn(m, q, s, o, c, vm, K):
-                return rasterization(m, q, s, o, c, vm, K, WIDTH, HEIGHT, sh_degree=3, render_mode="RGB+ED",
-                                     capacity=cap)[:2]
-        else:
-            args = (means, quats, scales, opacities, colors, viewmats[:1], Ks[:1])
-
-            def loss(m, q, s, o, c, vm, K):
-                img, alpha, _ = rasterization(m, q, s, o, c, vm, K, WIDTH, HEIGHT, capacity=cap, rasterizer=rasterizer)
-                return jnp.sum(img) + jnp.sum(alpha)
-
-            fn = jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))
-        arrays = [np.asarray(a, np.float32) for a in args]
-        return _lower_one(fn, arrays, target), {"gaussians": n, "capacity": cap}
-    kind, variant = program.split("-")
+        fn, arrays, info = raster_program(program)
+        return _lower_one(fn, arrays, target), info
+    kind, variant, *rest = program.split("-")
+    if rest:  # block-default-10k: that many Gaussians
+        gaussians = SIZES[rest[0]]
     method = "jax-gs-mcmc" if variant == "mcmc" else "jax-gs"
     default = gaussians == 100_000 and tuple(size) == (WIDTH, HEIGHT)
     # other sizes: the buffer the Trainer sizes itself (twice what the most demanding view needs)
@@ -197,16 +225,39 @@ def lowered(program: str, target, gaussians: int = 100_000, size=(WIDTH, HEIGHT)
     return tr.lower_refine(target), info
 
 
+def gpu_launches(program: str, hlo: str, info: dict) -> dict:
+    """Launch counts of a program compiled for a GPU (`launches`): per call, and for a train block
+    per step (its scan body; density control at the block's end is in the per-call figure). The
+    XLA rasterizers' data-dependent walks take trip counts measured on this CPU under the GPU's
+    platform policy."""
+    from benchmarks import launches as L
+
+    trips = {}
+    if program.startswith("raster-") and info.get("rasterizer") in ("flat", "standard"):
+        from unittest import mock
+
+        from jax_backend import devices
+
+        fn, arrays, _ = raster_program(program)
+        with mock.patch.object(devices, "platform", lambda: "gpu"):
+            trips = L.measure_trips(fn, *arrays)
+    count = L.launches(hlo, trips)
+    row = {"launches": count.launches, "while_loops": count.while_loops, "data_dependent_loops": count.data_dependent,
+           "unmeasured_loops": count.unmeasured, "trips": trips,
+           "triton_kernels": hlo.count('custom_call_target="__gpu$xla.gpu.triton"')}
+    if "steps" in info:
+        body = L.loop_body(hlo, info["steps"])
+        if body:
+            row["launches_per_step"] = L.launches(hlo, trips, body).launches
+    return row
+
+
 def measure(program: str, target_name: str, gaussians: int = 100_000, size=(WIDTH, HEIGHT)) -> dict:
     """Runs in the child process: compile one program for one target."""
     import jax
 
     jax.config.update("jax_num_cpu_devices", 4)  # the CPU column of block-dp4 pmaps over four CPU devices
-    target = None
-    if target_name != "cpu":
-        from jax_backend import topology_devices
-
-        target = topology_devices(target_name)
+    target = None if target_name == "cpu" else target_devices(target_name)
     t0 = time.perf_counter()
     low, info = lowered(program, target, gaussians, size)
     t1 = time.perf_counter()
@@ -224,6 +275,8 @@ def measure(program: str, target_name: str, gaussians: int = 100_000, size=(WIDT
             - row["alias_size_in_bytes"]
         row["hbm_bytes"] = per_chip
         row["fits"] = per_chip + row["generated_code_size_in_bytes"] < HBM_GIB[chip] * 2**30
+    if target_name in GPU_TARGETS:
+        row.update(gpu_launches(program, compiled.as_text(), info))
     return row
 
 
@@ -255,6 +308,20 @@ def table(rows: list, targets: list) -> str:
     return "\n".join(lines)
 
 
+def launch_table(rows: list) -> str:
+    """Kernel launches per call (and per training step) of the programs compiled for a GPU."""
+    lines = ["| program | target | launches per call | per training step | HLO while loops (data-dependent) "
+             "| Triton kernels | measured trips (fwd / bwd) |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "launches" not in r:
+            continue
+        trips = " / ".join(f"{r['trips'][k]:.1f}" for k in ("forward", "backward") if k in r["trips"]) or "-"
+        step = f"{r['launches_per_step']:.0f}" if "launches_per_step" in r else "-"
+        lines.append(f"| {r['program']} | {r['target']} | {r['launches']:.0f} | {step} | {r['while_loops']} "
+                     f"({r['data_dependent_loops']}) | {r['triton_kernels']} | {trips} |")
+    return "\n".join(lines)
+
+
 def fit(a):
     """The default train block's HBM per chip at each Gaussian count and image size."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -265,7 +332,7 @@ def fit(a):
           f"(arguments + outputs + temporaries + code) against {HBM_GIB[chip]} GiB", flush=True)
     for size in ("504x378", "1297x840"):
         for n in a.fit:
-            out = subprocess.run([sys.executable, "-m", "benchmarks.tpu_compile", "--child", "block-default", target,
+            out = subprocess.run([sys.executable, "-m", "benchmarks.accelerator_compile", "--child", "block-default", target,
                                   "--gaussians", str(n), "--size", size], capture_output=True, text=True, cwd=root,
                                  env=env)
             if out.returncode:
@@ -315,7 +382,7 @@ def main():
     for program in a.programs:
         for target in a.targets:
             t0 = time.time()
-            out = subprocess.run([sys.executable, "-m", "benchmarks.tpu_compile", "--child", program, target],
+            out = subprocess.run([sys.executable, "-m", "benchmarks.accelerator_compile", "--child", program, target],
                                  capture_output=True, text=True, cwd=root, env=env)
             if out.returncode:
                 row = {"program": program, "target": target, "error": out.stderr.strip().splitlines()[-1][:300]}
@@ -328,12 +395,17 @@ def main():
                 print(f"{program:>22} {target:>8}: compile {row['compile_s']:6.1f} s (lower {row['lower_s']:.1f} s), "
                       f"code {_mb(row['generated_code_size_in_bytes'])} MB, args {_mb(row['argument_size_in_bytes'])} MB, "
                       f"out {_mb(row['output_size_in_bytes'])} MB, temp {_mb(row['temp_size_in_bytes'])} MB"
-                      + (f", fits one chip: {row['fits']}" if "fits" in row else ""), flush=True)
+                      + (f", fits one chip: {row['fits']}" if "fits" in row else "")
+                      + (f", {row['launches']:.0f} launches ({row['while_loops']} while loops)" if "launches" in row
+                         else ""), flush=True)
             if a.out:
                 with open(a.out, "a") as f:
                     f.write(json.dumps(row) + "\n")
     print()
     print(table(rows, a.targets))
+    if any("launches" in r for r in rows):
+        print()
+        print(launch_table(rows))
     for t in a.targets:
         if t == "cpu":
             continue

@@ -1,0 +1,178 @@
+"""The Pallas rasterizer: compositing forward and backward as one kernel each.
+
+One kernel program per tile walks that tile's depth-sorted list one Gaussian at a time, on a
+vector of the tile's S*S pixels, with the blend rule of `blend.py` (the same functions as the
+XLA rasterizers, fed one Gaussian's scalars): forward front to back until every pixel of the tile
+is saturated or the list ends; backward back to front from the tile's deepest last contributor,
+recovering the transmittance, and adding each Gaussian's per-tile gradient sums into the
+per-Gaussian rows with `+=` on the output (an atomic add in the Triton lowering, as gsplat's
+backward does). On a GPU each pass is one kernel launch with no XLA loop around it: the two XLA
+rasterizers are loops of small kernels there (`docs/gpu.md`).
+
+Lowering follows the platform the program is built for (`devices.platform`): Triton on a GPU
+(also for a compile-only GPU topology); on a CPU the kernels run in Pallas's interpret mode
+(exact, slow: for tests, not the CPU default). Mosaic (TPU) has no scalar loads at a dynamic
+lane position from a vector memory, which the walk needs: the TPU keeps the flat rasterizer.
+
+Triton wants power-of-two blocks: the pixel axis is padded to one (pixels outside the image are
+done from the start), and the features travel as one block per channel.
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+
+from .. import devices
+from .blend import (GEOM, BackState, BlendState, PixelCotangents, Splat, blend_backward, blend_forward,
+                    initial_state)
+from .binning import next_pow2
+from .tiles import Pixels, Tiles
+
+
+def _pallas():
+    from jax.experimental import pallas as pl  # imported on first use: the XLA rasterizers do not need it
+
+    return pl
+
+
+def _lowering() -> dict:
+    """How the kernels lower for the target platform: Triton on a GPU (not Mosaic GPU, JAX's
+    default there, which stages whole blocks in shared memory), interpret mode on a CPU; a TPU is
+    refused."""
+    platform = devices.platform()
+    if platform == "tpu":
+        raise ValueError("rasterizer='pallas' lowers through Triton (GPU) or runs interpreted on a CPU; "
+                         "on a TPU use rasterizer='flat'")
+    if platform == "gpu":
+        from jax.experimental.pallas import triton as pltriton
+
+        return dict(compiler_params=pltriton.CompilerParams(num_warps=4, num_stages=1))
+    return dict(interpret=True)
+
+
+def _padded_pixels(tiles: Tiles):
+    """The tiles' pixel rows padded to a power of two: (x, y, inside as int32), each [T, P2]."""
+    p = tiles.px.x.shape[1]
+    pad = [(0, 0), (0, next_pow2(p) - p)]
+    return (jnp.pad(tiles.px.x, pad), jnp.pad(tiles.px.y, pad),
+            jnp.pad(tiles.inside, pad).astype(jnp.int32))
+
+
+def _table(geom, feats):
+    """[N, GEOM + ch]: a Gaussian's screen parameters and features next to each other in memory
+    (its GEOM + ch scalar loads hit one cache line)."""
+    return jnp.concatenate([geom, feats], 0).T
+
+
+def _load(table_ref, gid, ch: int):
+    """Gaussian `gid`'s packed parameters and features, as tuples of scalars."""
+    row = tuple(table_ref[gid, k] for k in range(GEOM + ch))
+    return row[:GEOM], row[GEOM:]
+
+
+def _row_spec(p2: int):
+    """One tile's row of a [T, p2] array per program."""
+    return _pallas().BlockSpec((1, p2), lambda t: (t, 0))
+
+
+def _forward_kernel(ch, start_ref, end_ref, ids_ref, table_ref, x_ref, y_ref, inside_ref, T_ref, last_ref, done_ref,
+                    *color_refs):
+    t = _pallas().program_id(0)
+    start, length = start_ref[t], end_ref[t] - start_ref[t]
+    px = Pixels(x_ref[...], y_ref[...])
+    st = initial_state(inside_ref[...] != 0, ch, per_channel=True)
+
+    def cond(carry):
+        p, st = carry
+        return (p < length) & (jnp.min(st.done.astype(jnp.int32)) == 0)
+
+    def body(carry):
+        p, st = carry
+        g, f = _load(table_ref, ids_ref[start + p], ch)
+        return p + 1, blend_forward(st, px, Splat(g, f, p, True))
+
+    _, st = jax.lax.while_loop(cond, body, (jnp.int32(0), st))
+    T_ref[...] = st.T
+    last_ref[...] = st.last
+    done_ref[...] = st.done.astype(jnp.int32)
+    for ref, c in zip(color_refs, st.color):
+        ref[...] = c
+
+
+def pallas_forward(cfg, geom, feats, ids, tiles: Tiles) -> BlendState:
+    """Front-to-back blend, one kernel program per tile. Arguments and result as
+    `rasterize_flat.flat_forward` (cfg's flat and standard options are not used)."""
+    pl = _pallas()
+    ch = feats.shape[0]
+    num_tiles, p = tiles.px.x.shape
+    x, y, inside = _padded_pixels(tiles)
+    p2 = x.shape[1]
+    rows = jax.ShapeDtypeStruct((num_tiles, p2), jnp.float32)
+    ints = jax.ShapeDtypeStruct((num_tiles, p2), jnp.int32)
+    out = pl.pallas_call(
+        partial(_forward_kernel, ch),
+        grid=(num_tiles,),
+        in_specs=[_whole()] * 4 + [_row_spec(p2)] * 3,
+        out_specs=[_row_spec(p2)] * (3 + ch),
+        out_shape=[rows, ints, ints] + [rows] * ch,
+        **_lowering(),
+        name="jaxgs_composite_forward",
+    )(tiles.start, tiles.end, ids, _table(geom, feats), x, y, inside)
+    T, last, done, *color = (o[:, :p] for o in out)
+    return BlendState(T=T, color=jnp.stack(color), last=last, done=done != 0)
+
+
+def _whole():
+    """The whole array in every program (lists, ids, the Gaussian table: read at dynamic places)."""
+    return _pallas().BlockSpec()
+
+
+def _backward_kernel(ch, start_ref, ids_ref, table_ref, x_ref, y_ref, last_ref, T_ref, dA_ref, *refs):
+    dC_refs, behind_refs, (acc_in_ref, acc_ref) = refs[:ch], refs[ch:2 * ch], refs[2 * ch:]
+    del acc_in_ref  # aliased to acc_ref: the zeros the sums are added to
+    t = _pallas().program_id(0)
+    start = start_ref[t]
+    px = Pixels(x_ref[...], y_ref[...])
+    last = last_ref[...]
+    cot = PixelCotangents(last, T_ref[...], tuple(r[...] for r in dC_refs), dA_ref[...])
+
+    def body(carry):
+        p, st = carry
+        p = p - 1
+        gid = ids_ref[start + p]
+        g, f = _load(table_ref, gid, ch)
+        st, grads = blend_backward(st, px, Splat(g, f, p, True), cot)
+        sums = [jnp.sum(v) for v in grads.geom + grads.feats + grads.abs_means]  # blend.gradient_rows order
+        for k, v in enumerate(sums):
+            acc_ref[gid, k] += v
+        return p, st
+
+    init = (jnp.max(last), BackState(T=cot.T_final, behind=tuple(r[...] for r in behind_refs)))
+    jax.lax.while_loop(lambda c: c[0] > 0, body, init)
+
+
+def pallas_backward(cfg, geom, feats, ids, tiles: Tiles, cot: PixelCotangents, behind0):
+    """Back-to-front walk, one kernel program per tile; the per-Gaussian sums added into one
+    [N, GEOM + ch + 2] output. Arguments and result as `rasterize_flat.flat_backward`."""
+    pl = _pallas()
+    ch, n = feats.shape
+    num_tiles, p = tiles.px.x.shape
+    x, y, _ = _padded_pixels(tiles)
+    p2 = x.shape[1]
+    pad = [(0, 0), (0, p2 - p)]
+    per_pixel = [jnp.pad(cot.last, pad), jnp.pad(cot.T_final, pad), jnp.pad(cot.dA, pad)]
+    per_channel = [jnp.pad(a[i], pad) for a in (cot.dC, behind0) for i in range(ch)]
+    rows = GEOM + ch + 2
+    acc = pl.pallas_call(
+        partial(_backward_kernel, ch),
+        grid=(num_tiles,),
+        in_specs=[_whole()] * 3 + [_row_spec(p2)] * (5 + 2 * ch) + [_whole()],
+        out_specs=_whole(),
+        out_shape=jax.ShapeDtypeStruct((n, rows), jnp.float32),
+        input_output_aliases={8 + 2 * ch: 0},
+        **_lowering(),
+        name="jaxgs_composite_backward",
+    )(tiles.start, ids, _table(geom, feats), x, y, *per_pixel, *per_channel, jnp.zeros((n, rows), jnp.float32))
+    return acc[:, :GEOM], acc[:, GEOM:GEOM + ch], acc[:, GEOM + ch:]
