@@ -34,6 +34,7 @@ many kernels it would launch; not how fast it runs.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -165,6 +166,7 @@ def _lower_one(fn, arrays, target):
 SIZES = {"10k": 10_000, "100k": 100_000, "1m": 1_000_000}
 
 
+@functools.lru_cache(maxsize=None)  # built once per process: compiled, then (GPU) run for the trip counts
 def raster_program(program: str):
     """(function, its float32 arguments, info) of a `raster-<rasterizer>-<size>` or `render` program."""
     import jax

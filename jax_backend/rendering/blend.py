@@ -90,10 +90,9 @@ def initial_state(inside, ch: int, per_channel: bool = False) -> BlendState:
       per_channel: the colour as a tuple of ch arrays [...] (`scaled`), not one [ch, ...].
     """
     shape = inside.shape
-    zeros = jnp.zeros(shape, jnp.float32)
     return BlendState(
         T=jnp.ones(shape, jnp.float32),
-        color=(zeros,) * ch if per_channel else jnp.zeros((ch,) + shape, jnp.float32),
+        color=(jnp.zeros(shape, jnp.float32),) * ch if per_channel else jnp.zeros((ch,) + shape, jnp.float32),
         last=jnp.zeros(shape, jnp.int32),
         done=~inside,
     )

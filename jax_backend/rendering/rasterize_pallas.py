@@ -26,7 +26,7 @@ import jax.numpy as jnp
 
 from .. import devices
 from .blend import (GEOM, BackState, BlendState, PixelCotangents, Splat, blend_backward, blend_forward,
-                    initial_state)
+                    gradient_rows, initial_state, split_rows)
 from .binning import next_pow2
 from .tiles import Pixels, Tiles
 
@@ -52,12 +52,11 @@ def _lowering() -> dict:
     return dict(interpret=True)
 
 
-def _padded_pixels(tiles: Tiles):
-    """The tiles' pixel rows padded to a power of two: (x, y, inside as int32), each [T, P2]."""
-    p = tiles.px.x.shape[1]
-    pad = [(0, 0), (0, next_pow2(p) - p)]
-    return (jnp.pad(tiles.px.x, pad), jnp.pad(tiles.px.y, pad),
-            jnp.pad(tiles.inside, pad).astype(jnp.int32))
+def _padded(x):
+    """[T, P] per-pixel rows padded with zeros to a power of two of pixels, [T, next_pow2(P)] (a
+    padded pixel is outside the image: done from the start, no list position reaches it)."""
+    p = x.shape[1]
+    return jnp.pad(x, [(0, 0), (0, next_pow2(p) - p)])
 
 
 def _table(geom, feats):
@@ -75,6 +74,11 @@ def _load(table_ref, gid, ch: int):
 def _row_spec(p2: int):
     """One tile's row of a [T, p2] array per program."""
     return _pallas().BlockSpec((1, p2), lambda t: (t, 0))
+
+
+def _whole():
+    """The whole array in every program (lists, ids, the Gaussian table: read at dynamic places)."""
+    return _pallas().BlockSpec()
 
 
 def _forward_kernel(ch, start_ref, end_ref, ids_ref, table_ref, x_ref, y_ref, inside_ref, T_ref, last_ref, done_ref,
@@ -107,7 +111,7 @@ def pallas_forward(cfg, geom, feats, ids, tiles: Tiles) -> BlendState:
     pl = _pallas()
     ch = feats.shape[0]
     num_tiles, p = tiles.px.x.shape
-    x, y, inside = _padded_pixels(tiles)
+    x, y, inside = _padded(tiles.px.x), _padded(tiles.px.y), _padded(tiles.inside.astype(jnp.int32))
     p2 = x.shape[1]
     rows = jax.ShapeDtypeStruct((num_tiles, p2), jnp.float32)
     ints = jax.ShapeDtypeStruct((num_tiles, p2), jnp.int32)
@@ -122,11 +126,6 @@ def pallas_forward(cfg, geom, feats, ids, tiles: Tiles) -> BlendState:
     )(tiles.start, tiles.end, ids, _table(geom, feats), x, y, inside)
     T, last, done, *color = (o[:, :p] for o in out)
     return BlendState(T=T, color=jnp.stack(color), last=last, done=done != 0)
-
-
-def _whole():
-    """The whole array in every program (lists, ids, the Gaussian table: read at dynamic places)."""
-    return _pallas().BlockSpec()
 
 
 def _backward_kernel(ch, start_ref, ids_ref, table_ref, x_ref, y_ref, last_ref, T_ref, dA_ref, *refs):
@@ -158,21 +157,19 @@ def pallas_backward(cfg, geom, feats, ids, tiles: Tiles, cot: PixelCotangents, b
     [N, GEOM + ch + 2] output. Arguments and result as `rasterize_flat.flat_backward`."""
     pl = _pallas()
     ch, n = feats.shape
-    num_tiles, p = tiles.px.x.shape
-    x, y, _ = _padded_pixels(tiles)
-    p2 = x.shape[1]
-    pad = [(0, 0), (0, p2 - p)]
-    per_pixel = [jnp.pad(cot.last, pad), jnp.pad(cot.T_final, pad), jnp.pad(cot.dA, pad)]
-    per_channel = [jnp.pad(a[i], pad) for a in (cot.dC, behind0) for i in range(ch)]
-    rows = GEOM + ch + 2
+    num_tiles = tiles.px.x.shape[0]
+    rows = [_padded(a) for a in (tiles.px.x, tiles.px.y, cot.last, cot.T_final, cot.dA)]
+    rows += [_padded(a[i]) for a in (cot.dC, behind0) for i in range(ch)]
+    whole = [tiles.start, ids, _table(geom, feats)]
+    zeros = gradient_rows(n, ch)  # the sums are added to these (aliased to the output)
     acc = pl.pallas_call(
         partial(_backward_kernel, ch),
         grid=(num_tiles,),
-        in_specs=[_whole()] * 3 + [_row_spec(p2)] * (5 + 2 * ch) + [_whole()],
+        in_specs=[_whole()] * len(whole) + [_row_spec(rows[0].shape[1])] * len(rows) + [_whole()],
         out_specs=_whole(),
-        out_shape=jax.ShapeDtypeStruct((n, rows), jnp.float32),
-        input_output_aliases={8 + 2 * ch: 0},
+        out_shape=jax.ShapeDtypeStruct(zeros.shape, zeros.dtype),
+        input_output_aliases={len(whole) + len(rows): 0},
         **_lowering(),
         name="jaxgs_composite_backward",
-    )(tiles.start, ids, _table(geom, feats), x, y, *per_pixel, *per_channel, jnp.zeros((n, rows), jnp.float32))
-    return acc[:, :GEOM], acc[:, GEOM:GEOM + ch], acc[:, GEOM + ch:]
+    )(*whole, *rows, zeros)
+    return split_rows(acc, ch)
