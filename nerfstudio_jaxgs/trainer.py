@@ -221,10 +221,16 @@ class JaxGSTrainer(Trainer):
 
     def _train_blocks(self, done: int, end: int, block: int, snapshots, interrupts) -> int:
         """Train blocks from step `done` to `end` until done, told to stop, or interrupted (after
-        the block under way). Returns the steps done."""
-        while done < end and not self.stop_training and interrupts.signal is None:
-            while self.training_state == "paused" and not self.stop_training:
+        the block under way). Returns the steps done.
+
+        The interrupt is read at the end of each block, never before the first: a Ctrl-C that comes
+        after the "training steps" line (the loop may not have started its first block yet) stops
+        after one block, as that line promises."""
+        while done < end and not self.stop_training:
+            while self.training_state == "paused" and not self.stop_training and interrupts.signal is None:
                 time.sleep(0.01)
+            if self.training_state == "paused" and interrupts.signal is not None:
+                break  # interrupted while paused in the viewer: no block is under way
             n = min(block, end - done)
             t0 = time.perf_counter()
             self.pipeline.train()
@@ -253,6 +259,8 @@ class JaxGSTrainer(Trainer):
             if crossed(max(before - 1, 0), step, self.config.steps_per_save):
                 self.save_checkpoint(step)
             writer.write_out_storage()
+            if interrupts.signal is not None:
+                break
         return done
 
     @check_main_thread

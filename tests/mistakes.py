@@ -523,6 +523,7 @@ def _resume_as_printed(out: dict, models: Path, t: Trained):
 
     assert out["output"].find("stopping at the end of this block") < out["output"].find("first block"), \
         "the first Ctrl-C was not acknowledged while the block ran"
+    assert "resume with: " in out["last"], f"the last line names no resume command: {out['last']!r}"
     command = shlex.split(out["last"].split("resume with: ", 1)[1])
     assert command[:2] == ["ns-train", "jax-gs"] and "--max-num-iterations" in command, command
     _check([BIN / command[0], *command[1:]])
@@ -620,6 +621,8 @@ def check_outcome(case: Case, out: Outcome, before: dict) -> List[str]:
             case.after()
         except AssertionError as e:
             problems.append(str(e))
+        except Exception as e:  # noqa: BLE001  one case's surprise fails that case, not the whole table
+            problems.append(f"checking after the run raised {type(e).__name__}: {e}")
     return problems
 
 

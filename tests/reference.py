@@ -39,22 +39,19 @@ def sh_color(coeffs, d, degree):
     return np.maximum(c + 0.5, 0.0)
 
 
-def render(means, quats, scales, opacities, colors, viewmat, K, width, height, *, sh_degree=None,
-           background=None, near_plane=0.01, eps2d=0.3, render_mode="RGB", means2d_offset=None,
-           rasterize_mode="classic"):
-    """One camera. Returns image [H,W,ch], alpha [H,W]. "antialiased": each opacity times
-    sqrt(det(S) / det(S + eps2d I)) for the projected covariance S (Mip-Splatting)."""
-    means, quats, scales, opacities, colors = (np.asarray(a, np.float64) for a in (means, quats, scales, opacities, colors))
+def project(means, quats, scales, viewmat, K, width, height, *, near_plane=0.01, eps2d=0.3):
+    """EWA projection of every Gaussian, one at a time: means2d [N,2] (pixel centres at +0.5),
+    cov2d [N,2,2] with the eps2d low-pass, view-space depths [N], in_front [N] (past the near plane;
+    the other entries of a Gaussian behind it are NaN)."""
+    means, quats, scales = (np.asarray(a, np.float64) for a in (means, quats, scales))
     viewmat, K = np.asarray(viewmat, np.float64), np.asarray(K, np.float64)
     R, t = viewmat[:3, :3], viewmat[:3, 3]
     fx, fy, cx, cy = K[0, 0], K[1, 1], K[0, 2], K[1, 2]
-    campos = -R.T @ t
-    ys, xs = np.mgrid[0:height, 0:width]
-    px, py = xs + 0.5, ys + 0.5
-    items = []
-    for i in range(len(means)):
-        p = R @ means[i] + t
-        x, y, z = p
+    n = len(means)
+    out = dict(means2d=np.full((n, 2), np.nan), cov2d=np.full((n, 2, 2), np.nan), depths=np.full(n, np.nan),
+               in_front=np.zeros(n, bool))
+    for i in range(n):
+        x, y, z = R @ means[i] + t
         if z <= near_plane:
             continue
         M = rotmat(quats[i]) @ np.diag(scales[i])
@@ -66,12 +63,39 @@ def render(means, quats, scales, opacities, colors, viewmat, K, width, height, *
         tx = z * min(limx_p, max(-limx_n, x / z))
         ty = z * min(limy_p, max(-limy_n, y / z))
         J = np.array([[fx / z, 0, -fx * tx / z**2], [0, fy / z, -fy * ty / z**2]])
-        c2 = J @ cov @ J.T + eps2d * np.eye(2)
+        out["cov2d"][i] = J @ cov @ J.T + eps2d * np.eye(2)
+        out["means2d"][i] = fx * x / z + cx, fy * y / z + cy
+        out["depths"][i], out["in_front"][i] = z, True
+    return out
+
+
+def render(means, quats, scales, opacities, colors, viewmat, K, width, height, *, sh_degree=None,
+           background=None, near_plane=0.01, eps2d=0.3, render_mode="RGB", means2d_offset=None,
+           rasterize_mode="classic", return_margin=False):
+    """One camera. Returns image [H,W,ch], alpha [H,W]. "antialiased": each opacity times
+    sqrt(det(S) / det(S + eps2d I)) for the projected covariance S (Mip-Splatting).
+
+    `return_margin`: also [H,W], each pixel's relative distance to the nearest of its threshold
+    decisions (a Gaussian's alpha against 1/255, the transmittance after it against 1e-4). Where
+    that margin is within float32 rounding (about 1e-6 after tens of products), a float32 renderer
+    may decide the other way, and the pixel differs by that one Gaussian's alpha T."""
+    means, quats, scales, opacities, colors = (np.asarray(a, np.float64) for a in (means, quats, scales, opacities, colors))
+    viewmat, K = np.asarray(viewmat, np.float64), np.asarray(K, np.float64)
+    R, t = viewmat[:3, :3], viewmat[:3, 3]
+    campos = -R.T @ t
+    ys, xs = np.mgrid[0:height, 0:width]
+    px, py = xs + 0.5, ys + 0.5
+    proj = project(means, quats, scales, viewmat, K, width, height, near_plane=near_plane, eps2d=eps2d)
+    items = []
+    for i in range(len(means)):
+        if not proj["in_front"][i]:
+            continue
+        z, c2 = proj["depths"][i], proj["cov2d"][i]
         conic = np.linalg.inv(c2)
+        mx, my = proj["means2d"][i]
         o = opacities[i]
         if rasterize_mode == "antialiased":
             o = o * np.sqrt(max(np.linalg.det(c2 - eps2d * np.eye(2)), 0.0) / np.linalg.det(c2))
-        mx, my = fx * x / z + cx, fy * y / z + cy
         if means2d_offset is not None:
             mx, my = mx + means2d_offset[i][0], my + means2d_offset[i][1]
         if sh_degree is not None:
@@ -87,12 +111,15 @@ def render(means, quats, scales, opacities, colors, viewmat, K, width, height, *
     img = np.zeros((height, width, ch))
     T = np.ones((height, width))
     done = np.zeros((height, width), bool)
+    margin = np.full((height, width), np.inf)
     for z, i, mx, my, conic, o, feat in items:
         dx, dy = px - mx, py - my
         q = conic[0, 0] * dx * dx + 2 * conic[0, 1] * dx * dy + conic[1, 1] * dy * dy
         alpha = np.minimum(0.99, o * np.exp(-0.5 * q))
         blend = (~done) & (alpha >= 1 / 255)
         nT = T * (1 - alpha)
+        margin = np.where(~done, np.minimum(margin, np.abs(alpha * 255 - 1)), margin)
+        margin = np.where(blend, np.minimum(margin, np.abs(nT * 1e4 - 1)), margin)
         stop = blend & (nT < 1e-4)
         blend &= ~stop
         img += np.where(blend, alpha * T, 0)[..., None] * feat
@@ -105,4 +132,4 @@ def render(means, quats, scales, opacities, colors, viewmat, K, width, height, *
     alpha_img = 1 - T
     if render_mode.endswith("ED"):
         img[..., -1] /= np.maximum(alpha_img, 1e-10)
-    return img, alpha_img
+    return (img, alpha_img, margin) if return_margin else (img, alpha_img)

@@ -50,3 +50,42 @@ def hard_scene(n=120, sh_bases=16, seed=0):
     sh[:, 0] += 0.8
     colors = rng.uniform(0, 1, (n, 3))
     return dict(means=means, quats=quats, scales=scales, opacities=opac, sh=sh, colors=colors)
+
+
+def wide_scene(seed, n=80, pile=60):
+    """A scene of the wider family the exactness tests cover (issue 28): a quarter of the
+    Gaussians anisotropic (one axis 20x longer, one 20x thinner), a quarter huge, `pile` small ones
+    heaped on a few pixels of one tile, seen by a camera with an off-centre principal point.
+    Returns (scene dict, viewmat [4,4], K [3,3])."""
+    rng = np.random.default_rng(seed)
+    means = rng.normal(size=(n, 3)) * 0.8
+    scales = np.exp(rng.normal(size=(n, 3)) * 0.4 - 2.0)
+    k = n // 4
+    scales[:k, 0] *= 20.0
+    scales[:k, 1] /= 20.0
+    scales[k : 2 * k] = np.exp(rng.uniform(0.0, 0.8, (k, 3)))
+    quats = rng.normal(size=(n, 4))
+    opac = rng.uniform(0.05, 0.99, n)
+    colors = rng.uniform(0, 1, (n, 3))
+    pos = rng.normal(size=3)
+    pos = 4.0 * pos / np.linalg.norm(pos)
+    vm = look_at(pos, rng.normal(size=3) * 0.1)
+    # the pile: along the ray through one point in front of the camera, at several depths
+    R, t = vm[:3, :3], vm[:3, 3]
+    ray = R.T @ np.array([0.05, -0.03, 1.0])
+    depth = rng.uniform(1.5, 3.0, pile)
+    centre = -R.T @ t
+    pmeans = centre + depth[:, None] * ray + rng.normal(size=(pile, 3)) * 0.005
+    means = np.concatenate([means, pmeans])
+    scales = np.concatenate([scales, np.full((pile, 3), 0.01)])
+    quats = np.concatenate([quats, rng.normal(size=(pile, 4))])
+    opac = np.concatenate([opac, rng.uniform(0.02, 0.2, pile)])
+    colors = np.concatenate([colors, rng.uniform(0, 1, (pile, 3))])
+    return dict(means=means, quats=quats, scales=scales, opacities=opac, colors=colors), vm
+
+
+def off_centre_intrinsics(width, height, seed):
+    rng = np.random.default_rng(1000 + seed)
+    f = rng.uniform(0.6, 1.6) * width
+    return np.array([[f, 0, width * rng.uniform(0.2, 0.8)], [0, f * rng.uniform(0.9, 1.1), height * rng.uniform(0.2, 0.8)],
+                     [0, 0, 1.0]])

@@ -2,7 +2,8 @@
 
 Every rasterizer calls `blend_forward` / `blend_backward` on its own layout (broadcasting does
 the rest; the Pallas kernels pass the features as a tuple of channels, `scaled_add`):
-  alpha = min(0.99, o exp(-q/2)),  q = a dx^2 + 2 b dx dy + c dy^2;
+  alpha = min(0.99, o exp(-q/2)),  q = a (dx + r dy)^2 + s dy^2 (the conic's form, completed to
+  a sum of squares: `projection.blend_form`);
   alpha < 1/255 is skipped; a Gaussian that would take T below 1e-4 is not blended and the pixel
   stops; colour = sum alpha_i T_i c_i + T_final * background.
 The backward keeps only the final transmittance and the last contributor per pixel and walks
@@ -24,7 +25,7 @@ from .tiles import Pixels
 ALPHA_MAX = 0.99
 T_MIN = 1e-4
 # A Gaussian's packed screen parameters, channel first: rows of `Splat.geom`
-GEOM_ROWS = ("mean_x", "mean_y", "conic_a", "conic_b", "conic_c", "opacity")
+GEOM_ROWS = ("mean_x", "mean_y", "quad_a", "quad_r", "quad_s", "opacity")
 GEOM = len(GEOM_ROWS)
 
 
@@ -106,14 +107,15 @@ def gaussian_alpha(px: Pixels, g):
       g: packed parameters [GEOM, ...] broadcast against them.
 
     Returns:
-      (alpha clamped at ALPHA_MAX, raw o exp(-q/2), exp(-q/2), dx, dy), each [...].
+      (alpha clamped at ALPHA_MAX, raw o exp(-q/2), exp(-q/2), u = dx + r dy, dy), each [...].
     """
     dx = px.x - g[0]
     dy = px.y - g[1]
-    q = g[2] * dx * dx + 2.0 * g[3] * dx * dy + g[4] * dy * dy
+    u = dx + g[3] * dy
+    q = g[2] * u * u + g[4] * dy * dy
     vis = jnp.exp(-0.5 * q)
     raw = g[5] * vis
-    return jnp.minimum(ALPHA_MAX, raw), raw, vis, dx, dy
+    return jnp.minimum(ALPHA_MAX, raw), raw, vis, u, dy
 
 
 def blend_forward(state: BlendState, px: Pixels, s: Splat) -> BlendState:
@@ -138,7 +140,7 @@ def blend_backward(state: BackState, px: Pixels, s: Splat, cot: PixelCotangents)
     Returns:
       (BackState in front of the Gaussian, PixelGrads).
     """
-    alpha, raw, vis, dx, dy = gaussian_alpha(px, s.geom)
+    alpha, raw, vis, u, dy = gaussian_alpha(px, s.geom)
     g, f = s.geom, s.feats
     active = s.in_range & (s.pos < cot.last) & (alpha >= ALPHA_MIN)
     inv = 1.0 / (1.0 - alpha)
@@ -150,10 +152,11 @@ def blend_backward(state: BackState, px: Pixels, s: Splat, cot: PixelCotangents)
         d_alpha = d_alpha + cot.dC[i] * (T_k * f[i] - state.behind[i] * inv)
     d_alpha = jnp.where(active & (raw <= ALPHA_MAX), d_alpha, 0.0)
     d_q = -0.5 * raw * d_alpha
-    d_mx = -d_q * (2.0 * g[2] * dx + 2.0 * g[3] * dy)
-    d_my = -d_q * (2.0 * g[3] * dx + 2.0 * g[4] * dy)
+    d_au = 2.0 * d_q * g[2] * u  # d q / d u = 2 a u
+    d_mx = -d_au
+    d_my = -(d_au * g[3] + 2.0 * d_q * g[4] * dy)
     grads = PixelGrads(
-        geom=(d_mx, d_my, d_q * dx * dx, 2.0 * d_q * dx * dy, d_q * dy * dy, d_alpha * vis),
+        geom=(d_mx, d_my, d_q * u * u, d_au * dy, d_q * dy * dy, d_alpha * vis),
         feats=scaled(w, cot.dC),
         abs_means=(jnp.abs(d_mx), jnp.abs(d_my)),
     )

@@ -18,6 +18,7 @@ class Projected(NamedTuple):
 
     means2d: jnp.ndarray  # [N, 2] pixel coordinates (pixel centres at +0.5)
     conics: jnp.ndarray  # [N, 3] inverse 2D covariance (a, b, c): q = a dx^2 + 2 b dx dy + c dy^2
+    quad: jnp.ndarray  # [N, 3] the same form as blended (a, r, s): q = a (dx + r dy)^2 + s dy^2 (`blend_form`)
     depths: jnp.ndarray  # [N] view-space z
     extents: jnp.ndarray  # [N, 2] half-size in pixels of the box where alpha can reach 1/255
     valid: jnp.ndarray  # [N] bool
@@ -76,6 +77,36 @@ def quat_to_rotmat(quats: jnp.ndarray) -> jnp.ndarray:
     return jnp.stack([jnp.stack(row, -1) for row in rotmat_planes(quats)], -2)
 
 
+def _gram_determinant(W, rot, sxyz):
+    """det(V V^T) for V = W M, M = rot diag(s) (the projected covariance before the low-pass), as a
+    sum of squares (Cauchy-Binet): each 2x2 minor of V is (W0 x W1) . (M_j x M_k), and
+    M_j x M_k = s_j s_k r_l for the rotation's columns r (l the third index).
+
+    Written as cov00 cov11 - cov01^2 it cancels for thin or strongly anisotropic splats: with the
+    diagonal near 1e4 and the determinant near 1e3, float32 kept 3 digits of it and the conic was
+    off by 3e-3 relative, enough to move alpha across the 1/255 skip (6.5e-4 in a pixel against
+    the float64 reference). Here every term is a product, and the sum has no cancellation."""
+    n = [W[0][(k + 1) % 3] * W[1][(k + 2) % 3] - W[0][(k + 2) % 3] * W[1][(k + 1) % 3] for k in range(3)]  # W0 x W1
+    s0, s1, s2 = sxyz
+    total = 0.0
+    for l, pair in ((0, s1 * s2), (1, s0 * s2), (2, s0 * s1)):
+        minor = pair * (n[0] * rot[0][l] + n[1] * rot[1][l] + n[2] * rot[2][l])
+        total = total + minor * minor
+    return total
+
+
+def blend_form(c00, c01, c11, det):
+    """The quadratic form of the 2D covariance [[c00, c01], [c01, c11]] (determinant `det`) as the
+    rasterizers evaluate it: q = a (dx + r dy)^2 + s dy^2 with a = c11 / det, r = -c01 / c11,
+    s = 1 / c11 (completing the square; a, a r and a r^2 + s are the conic's entries).
+
+    Both terms are non-negative, so q keeps float32's relative precision. The conic's own form
+    a dx^2 + 2 b dx dy + c dy^2 sums terms of size d^2 / lambda_min that cancel to q along a thin
+    splat's long axis: for axes 1e4 apart in variance, q lost 4e-4 there and alpha 1e-4 (measured
+    against the float64 reference). r and s come from the covariance's entries, not the conic's."""
+    return jnp.stack([c11 / det, -c01 / c11, 1.0 / c11], -1)
+
+
 def project_gaussians(
     means: jnp.ndarray,
     quats: jnp.ndarray,
@@ -130,13 +161,14 @@ def project_gaussians(
     c00 = cov00 + eps2d
     c01 = cov01
     c11 = cov11 + eps2d
-    det = c00 * c11 - c01 * c01
+    det_raw = _gram_determinant(W, rot, sxyz)
+    det = det_raw + eps2d * (cov00 + cov11) + eps2d * eps2d  # det(cov + eps2d I), a sum of non-negative terms
     det_ok = det > 0
     dets = jnp.where(det_ok, det, 1.0)
     conics = jnp.stack([c11 / dets, -c01 / dets, c00 / dets], -1)
+    quad = blend_form(c00, c01, c11, dets)
     means2d = jnp.stack([fx * x / zs + cx, fy * y / zs + cy], -1)
     if rasterize_mode == "antialiased":
-        det_raw = cov00 * cov11 - cov01 * cov01
         ratio = jnp.where(det_ok & (det_raw > 0), det_raw / dets, 1.0)  # safe inside the sqrt
         opacities = jnp.where(det_ok & (det_raw > 0), opacities * jnp.sqrt(ratio), 0.0)
     elif rasterize_mode != "classic":
@@ -152,4 +184,4 @@ def project_gaussians(
         & (means2d[:, 1] - extents[:, 1] < height)
     )
     valid = in_front & det_ok & visible_opacity & on_screen
-    return Projected(means2d, conics, z, extents, valid, opacities)
+    return Projected(means2d, conics, quad, z, extents, valid, opacities)

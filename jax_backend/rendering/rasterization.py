@@ -81,7 +81,7 @@ def _render_one(cfg: CompositeConfig, capacity: int, render_mode: str, near_plan
     # pinned whole too: else XLA's partitioner split its cumulative sum after the per-Gaussian
     # statistics that read them (800 ms a step at 200k Gaussians)
     bins = gathered(bin_gaussians(jax.lax.stop_gradient(proj), grid, capacity), cfg.devices)
-    geom = jnp.concatenate([proj.means2d, proj.conics, proj.opacities[:, None]], -1)  # blend.GEOM_ROWS
+    geom = jnp.concatenate([proj.means2d, proj.quad, proj.opacities[:, None]], -1)  # blend.GEOM_ROWS
     image, alpha = composite(cfg, geom, feats, bg, probe, bins.lists)
     if render_mode.endswith("ED"):
         image = image.at[..., -1].divide(jnp.maximum(alpha, 1e-10))
