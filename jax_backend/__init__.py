@@ -46,6 +46,8 @@ _EXPORTS = {
     "alive_first": "training.gaussians",
     "init_from_points": "training.gaussians",
     "init_random": "training.gaussians",
+    "init_from_params": "training.gaussians",
+    "transform_params": "training.gaussians",
     "random_init_box": "training.gaussians",
     "render_gaussians": "training.gaussians",
     "rgb_to_sh0": "training.gaussians",

@@ -17,6 +17,34 @@ def to_torch(x) -> torch.Tensor:
     return torch.from_dlpack(x)
 
 
+def camera_model_problem(cameras, index: int, where: str, hint: str) -> str | None:
+    """Why camera `index` of nerfstudio `cameras` cannot be drawn by jax-gs's pinhole rasterizers
+    (None: it can). `where` names the camera in the message, `hint` says what to do instead.
+
+    PERSPECTIVE cameras draw as they are. FISHEYE and FISHEYE624 cameras with distortion
+    coefficients are drawable after nerfstudio's FullImageDatamanager has undistorted their images
+    to a pinhole camera (it rewrites the intrinsics and keeps the camera type, as splatfacto relies
+    on); one with all-zero coefficients is not undistorted and is still a fisheye. Equirectangular,
+    omnidirectional, VR180 and orthophoto cameras have no pinhole form."""
+    from nerfstudio.cameras.cameras import CameraType
+
+    kind = CameraType(int(cameras.camera_type.reshape(-1)[index]))
+    if kind == CameraType.PERSPECTIVE:
+        return None
+    dist = cameras.distortion_params
+    has_coeffs = dist is not None and bool(torch.any(dist.reshape(-1, dist.shape[-1])[index] != 0))
+    if kind in (CameraType.FISHEYE, CameraType.FISHEYE624) and has_coeffs:
+        return None  # undistorted by nerfstudio's datamanager
+    what = (f"a {kind.name} camera with all-zero distortion coefficients, which nerfstudio does not undistort"
+            if kind in (CameraType.FISHEYE, CameraType.FISHEYE624) else f"a {kind.name} camera")
+    return f"{where} is {what}: jax-gs draws pinhole (perspective) cameras only; {hint}"
+
+
+TRAINING_CAMERA_HINT = ("give the capture's distortion coefficients (nerfstudio then undistorts its images), or "
+                        "undistort the images to a PINHOLE model first (e.g. COLMAP's image_undistorter)")
+RENDER_CAMERA_HINT = "render perspective cameras (in an ns-render camera path: \"camera_type\": \"perspective\")"
+
+
 def cameras_to_opencv(cameras):
     """nerfstudio Cameras (OpenGL camera-to-world 3x4) -> numpy viewmats [C,4,4] (world-to-camera,
     OpenCV axes), Ks [C,3,3], widths, heights."""

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Dict, List, Literal, Type
+from pathlib import Path
+from typing import Dict, List, Literal, Optional, Type
 
 import numpy as np
 import torch
 
 from nerfstudio.models.splatfacto import SplatfactoModel, SplatfactoModelConfig
 
-from .bridge import cameras_to_opencv, to_torch
+from .bridge import RENDER_CAMERA_HINT, camera_model_problem, cameras_to_opencv, to_torch
 from .errors import InputError
 
 PREFIX = "jaxgs"  # state-dict keys: "jaxgs.train<name>" (whole training state) or "jaxgs.gaussians<name>"
@@ -34,6 +35,16 @@ class JaxGSModelConfig(SplatfactoModelConfig):
     = in the dataparser's scene box (blender-data's 3-unit cube around the object; the 2-unit cube
     nerfstudio-data and colmap scale the cameras into); a width > 0 = splatfacto's cube that many
     units wide around the origin (splatfacto's default is 10)."""
+    init_ply: Optional[Path] = None
+    """Start training from the Gaussians of a 3DGS PLY (ns-export gaussian-splat's from jax-gs or
+    splatfacto, gsplat's, the INRIA code's), to fine-tune or continue another trainer's result,
+    instead of the seed points or random ones. SH bands past sh-degree are dropped, missing ones
+    start at zero."""
+    init_ply_frame: Literal["nerfstudio", "capture"] = "nerfstudio"
+    """The world frame of init-ply's Gaussians: "nerfstudio" (what ns-export writes: the frame the
+    dataparser oriented, centred and scaled) or "capture" (the capture's own frame, e.g. COLMAP's,
+    as the INRIA code and gsplat's trainer write): jax-gs then moves them by the dataparser's
+    transform and scale (dataparser_transforms.json), rotating their SH colours with them."""
     steps_per_block: int = 100
     """Training steps compiled into one XLA program (one trainer iteration advances this many)."""
     rasterizer: Literal["auto", "flat", "standard", "pallas"] = "auto"
@@ -272,6 +283,9 @@ class JaxGSModel(SplatfactoModel):
         """Render one nerfstudio camera: rgb [H,W,3], depth [H,W,1] (expected depth), accumulation [H,W,1]."""
         from jax_backend import render_gaussians
 
+        problem = camera_model_problem(camera, 0, "the camera to render", RENDER_CAMERA_HINT)
+        if problem:
+            raise InputError(problem)
         vm, K, w, h = cameras_to_opencv(camera)
         w, h = int(w[0]), int(h[0])
         b = max(self.config.viewer_bucket, 1)

@@ -41,11 +41,26 @@ class JaxGSPipeline(VanillaPipeline):
         test_mode = kwargs.get("test_mode", args[1] if len(args) > 1 else "val")
         if test_mode == "val":  # training: every image it will read, before any compute
             self._check_views(training=True)
+            if self.model.config.init_ply is not None:
+                self._start_from_ply()
         outputs = getattr(self.datamanager, "train_dataparser_outputs", None)
         self.model.set_data_background(getattr(outputs, "alpha_color", None))
         from .viewer import install_first_view
 
         install_first_view()  # ns-viewer and ns-train's viewer open at a training camera
+
+    def _start_from_ply(self) -> None:
+        """The model's Gaussians from --pipeline.model.init-ply (a checkpoint loaded afterwards,
+        on resume, replaces them)."""
+        from .settings import gaussians_from_ply
+
+        outputs = self.datamanager.train_dataparser_outputs
+        gaussians = gaussians_from_ply(self.model.config, outputs.dataparser_transform.numpy(),
+                                       outputs.dataparser_scale)
+        self.model.gaussians = gaussians
+        self.model._view_cache = None
+        print(f"[jax-gs] starting from {int(gaussians.alive.sum())} Gaussians of {self.model.config.init_ply} "
+              f"({self.model.config.init_ply_frame} frame)")
 
     def _check_views(self, training: bool) -> None:
         dm = self.datamanager
@@ -98,7 +113,13 @@ class JaxGSPipeline(VanillaPipeline):
             return None
         from jax_backend import Snapshots
 
-        dataset = self.datamanager.eval_dataset or self.datamanager.train_dataset
+        dm = self.datamanager
+        if dm.eval_dataset:
+            dataset = dm.eval_dataset
+            with user_errors("reading the evaluation images"):
+                getattr(dm, "cached_eval", None)  # undistorts them now: the preview takes the intrinsics after it
+        else:
+            dataset = dm.train_dataset  # cached (undistorted) when the engine was built
         viewmats, Ks, widths, heights = cameras_to_opencv(dataset.cameras[0:1])
         return Snapshots(out_dir, every, (viewmats[0], Ks[0], int(widths[0]), int(heights[0])),
                          background=self.model.background_color.numpy())

@@ -8,6 +8,7 @@ with one line naming it when it is set away from its default (`UNSUPPORTED`). `-
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 
@@ -227,6 +228,21 @@ def initial_gaussians(config, seed_points=None, scene_box=None):
     if init["box"] is None:
         raise ValueError("random initialisation in the scene's box needs the scene box")
     return init_random(init["num_random"], *init["box"], sh_degree=init["sh_degree"], seed=init["seed"])
+
+
+def gaussians_from_ply(config, transform=None, scale: float = 1.0):
+    """The Gaussians of `config.init_ply` for a run at the model's SH degree; `transform` [3, 4]
+    and `scale`: the dataparser's (applied when init-ply-frame is "capture")."""
+    from jax_backend import init_from_params, read_ply, transform_params
+
+    path = Path(config.init_ply)
+    params = read_ply(path)
+    if config.init_ply_frame == "capture":
+        if transform is None:
+            raise ValueError("init-ply-frame capture: the dataparser gave no transform")
+        transform = np.asarray(transform, np.float64)
+        params = transform_params(params, transform[:3, :3], transform[:3, 3], float(scale))
+    return init_from_params(params, sh_degree=config.sh_degree, source=f"--pipeline.model.init-ply {path}")
 
 
 def training_background(config, data_background=None):

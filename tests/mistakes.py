@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, List, Optional
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(__file__))
 from commands import BIN, FOX, command_env  # noqa: E402
 
@@ -146,6 +148,54 @@ def _zero_focal_length(tmp, _):
     meta["fl_y"] = 0
     write_meta(scene, meta)
     return Case(train_args(scene, tmp), "fl_y")
+
+
+def _fisheye_without_coefficients(tmp, _):
+    """An OPENCV_FISHEYE capture whose k1-k4 are all zero: nerfstudio does not undistort it, and a
+    pinhole render of a fisheye would be wrong without a word."""
+    scene, meta = fox_copy(tmp)
+    meta["camera_model"] = "OPENCV_FISHEYE"
+    write_meta(scene, meta)
+    return Case(train_args(scene, tmp), "FISHEYE camera with all-zero distortion coefficients")
+
+
+def _equirectangular_capture(tmp, _):
+    scene, meta = fox_copy(tmp)
+    meta["camera_model"] = "EQUIRECTANGULAR"
+    write_meta(scene, meta)
+    return Case(train_args(scene, tmp), "EQUIRECTANGULAR camera")
+
+
+def _camera_path(path: Path, camera_type: str):
+    """A camera path as the viewer's render panel writes it, of one camera looking at the fox."""
+    c2w = np.eye(4)
+    c2w[:3, 3] = [0.0, 0.0, 1.0]
+    path.write_text(json.dumps({"camera_type": camera_type, "render_height": 48, "render_width": 64, "fps": 1,
+                                "seconds": 1.0, "camera_path": [{"camera_to_world": c2w.reshape(-1).tolist(),
+                                                                 "fov": 50.0, "aspect": 64 / 48}]}))
+    return path
+
+
+def _render_camera_path(t: Trained, tmp: Path, camera_type: str):
+    path = _camera_path(tmp / "path.json", camera_type)
+    return [BIN / "ns-render", "camera-path", "--load-config", t.config, "--camera-path-filename", path,
+            "--output-path", tmp / "out.mp4"]
+
+
+def _fisheye_camera_path(tmp, t: Trained):
+    return Case(_render_camera_path(t, tmp, "fisheye"), "FISHEYE camera with all-zero distortion coefficients")
+
+
+def _equirectangular_camera_path(tmp, t: Trained):
+    return Case(_render_camera_path(t, tmp, "equirectangular"), "EQUIRECTANGULAR camera")
+
+
+def _init_ply_cut_short(tmp, t: Trained):
+    """--pipeline.model.init-ply of a PLY cut short (a copy interrupted): one line naming it."""
+    ply = tmp / "start.ply"
+    data = (t.export / "splat.ply").read_bytes()
+    ply.write_bytes(data[: len(data) // 2])
+    return Case(train_args(FOX, tmp, "--pipeline.model.init-ply", ply), f"{ply}: truncated")
 
 
 def _truncate(path: Path, keep=0.5):
@@ -541,6 +591,11 @@ MISTAKES = [
     Mistake("no_transform_matrix", _no_transform_matrix),
     Mistake("frame_without_fl_x", _frame_without_fl_x),
     Mistake("zero_focal_length", _zero_focal_length),
+    Mistake("fisheye_without_coefficients", _fisheye_without_coefficients),
+    Mistake("equirectangular_capture", _equirectangular_capture),
+    Mistake("fisheye_camera_path", _fisheye_camera_path, needs_run=True),
+    Mistake("equirectangular_camera_path", _equirectangular_camera_path, needs_run=True),
+    Mistake("init_ply_cut_short", _init_ply_cut_short, needs_run=True),
     Mistake("truncated_training_image", _truncated_training_image),
     Mistake("truncated_eval_image", _truncated_eval_image),
     Mistake("empty_image", _empty_image),

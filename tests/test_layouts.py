@@ -15,14 +15,14 @@ from commands import FOX  # noqa: E402
 from test_dataparsers import write_blender_scene, write_colmap_scene, write_downscaled_copies  # noqa: E402
 
 
-def _pipeline(dataparser):
+def _pipeline(dataparser, **model_settings):
     from nerfstudio.data.datamanagers.full_images_datamanager import FullImageDatamanagerConfig
 
     from nerfstudio_jaxgs.model import JaxGSModelConfig
     from nerfstudio_jaxgs.pipeline import JaxGSPipelineConfig
 
     cfg = JaxGSPipelineConfig(datamanager=FullImageDatamanagerConfig(dataparser=dataparser, cache_images_type="uint8"),
-                              model=JaxGSModelConfig())
+                              model=JaxGSModelConfig(**model_settings))
     return cfg.setup(device="cpu", test_mode="val")
 
 
@@ -274,3 +274,129 @@ def test_camera_resolution_scale_reaches_the_engine():
     assert abs(data.width - meta["w"] / 2) <= 2 and abs(data.height - meta["h"] / 2) <= 2
     np.testing.assert_allclose(np.asarray(data.Ks)[0, 0, 0], float(cams.fx[0]), rtol=1e-5)
     assert abs(float(cams.fx[0]) - meta["fl_x"] / 2) < 0.05 * meta["fl_x"]
+
+
+def write_fisheye_scene(dst: Path, frames=12, coeffs=(0.12, 0.03, 0.0, 0.0)) -> tuple:
+    """An OPENCV_FISHEYE capture made from the fox: each fox image taken as a pinhole image
+    (intrinsics K) and redrawn through the fisheye model (same K, coefficients `coeffs`), as a
+    fisheye lens in the fox's pose would have seen it. Returns (K, the pinhole images by name)."""
+    import cv2
+
+    meta = json.loads((FOX / "transforms.json").read_text())
+    for k in ("k1", "k2", "p1", "p2"):
+        meta.pop(k, None)
+    meta["frames"] = sorted(meta["frames"], key=lambda f: f["file_path"])[:frames]
+    w, h = meta["w"], meta["h"]
+    K = np.array([[meta["fl_x"], 0, meta["cx"]], [0, meta["fl_y"], meta["cy"]], [0, 0, 1.0]])
+    Kcv = K.copy()
+    Kcv[:2, 2] -= 0.5  # OpenCV's pixel centres are integers, nerfstudio's at +0.5
+    xs, ys = np.meshgrid(np.arange(w, dtype=np.float64), np.arange(h, dtype=np.float64))
+    fish = np.stack([xs, ys], -1).reshape(-1, 1, 2)
+    pin = cv2.fisheye.undistortPoints(fish, Kcv, np.array(coeffs), P=Kcv).reshape(h, w, 2).astype(np.float32)
+    (dst / "images").mkdir(parents=True)
+    originals = {}
+    for f in meta["frames"]:
+        src = cv2.imread(str(FOX / f["file_path"]))
+        originals[Path(f["file_path"]).name] = src[..., ::-1]
+        cv2.imwrite(str(dst / f["file_path"]), cv2.remap(src, pin[..., 0], pin[..., 1], cv2.INTER_LINEAR))
+    meta.update(camera_model="OPENCV_FISHEYE", k1=coeffs[0], k2=coeffs[1], k3=coeffs[2], k4=coeffs[3])
+    (dst / "transforms.json").write_text(json.dumps(meta))
+    return K, originals
+
+
+def _pinhole_mismatch(undistorted, K_u, original, K_o):
+    """Mean absolute difference (0-255) between an undistorted image with intrinsics K_u and the
+    pinhole original with K_o redrawn at K_u, where both have content."""
+    import cv2
+
+    h, w = undistorted.shape[:2]
+    xs, ys = np.meshgrid(np.arange(w) + 0.5, np.arange(h) + 0.5)
+    rays = np.stack([(xs - K_u[0, 2]) / K_u[0, 0], (ys - K_u[1, 2]) / K_u[1, 1]], -1)
+    px = (rays[..., 0] * K_o[0, 0] + K_o[0, 2] - 0.5).astype(np.float32)
+    py = (rays[..., 1] * K_o[1, 1] + K_o[1, 2] - 0.5).astype(np.float32)
+    redrawn = cv2.remap(np.ascontiguousarray(original), px, py, cv2.INTER_LINEAR)
+    oh, ow = original.shape[:2]
+    inside = (px > 2) & (px < ow - 3) & (py > 2) & (py < oh - 3) & (undistorted[..., :3].max(-1) > 0)
+    assert inside.mean() > 0.5
+    return float(np.abs(undistorted[..., :3].astype(float) - redrawn.astype(float))[inside].mean())
+
+
+def test_opencv_fisheye_capture_trains_evaluates_and_renders(tmp_path):
+    """An OPENCV_FISHEYE capture, end to end in one process: nerfstudio's datamanager undistorts it,
+    and the engine trains on those images with the intrinsics after undistortion (the undistorted
+    image agrees with the pinhole original seen through them; through the fisheye's own intrinsics
+    it would not); evaluation, the viewer's render and the snapshot preview take the same cameras."""
+    from nerfstudio.data.dataparsers.nerfstudio_dataparser import NerfstudioDataParserConfig
+
+    K_o, originals = write_fisheye_scene(tmp_path)
+    pipeline = _pipeline(NerfstudioDataParserConfig(data=tmp_path))
+    pipeline.model.config.steps_per_block = 5
+    dm = pipeline.datamanager
+    engine = pipeline.ensure_engine(5)
+    cams = dm.train_dataset.cameras
+    K_u = cams.get_intrinsics_matrices()[0].numpy().astype(np.float64)
+    assert abs(K_u[0, 0] - K_o[0, 0]) > 2  # undistortion changed the focal length
+    np.testing.assert_allclose(np.asarray(engine.data.Ks[0]), K_u, rtol=1e-5)
+    image = np.asarray(dm.cached_train[0]["image"])
+    original = originals[Path(dm.train_dataset.image_filenames[0]).name]
+    good = _pinhole_mismatch(image, K_u, original, K_o)
+    wrong = _pinhole_mismatch(image, K_o, original, K_o)  # the image drawn as if its intrinsics were the fisheye's
+    assert good < 8 and wrong > 2 * good, (good, wrong)
+
+    pipeline.model.config.snapshot_every = 5
+    snapshots = pipeline.make_snapshots(tmp_path / "snapshots")  # before anything reads the evaluation images
+    dm.cached_eval  # noqa: B018  (undistorts them, as the first evaluation would)
+    eval_K = dm.eval_dataset.cameras.get_intrinsics_matrices()[0].numpy()
+    np.testing.assert_allclose(np.asarray(snapshots.camera[1]), eval_K, rtol=1e-5)
+    snapshots.close()
+
+    stats = pipeline.train_block(5, 5)
+    assert np.isfinite(stats["loss"])
+    metrics, images = pipeline.get_eval_image_metrics_and_images(step=5)
+    assert np.isfinite(metrics["psnr"])
+    camera, _ = dm.next_eval_image(step=5)
+    out = pipeline.model.get_outputs_for_camera(camera)
+    assert out["rgb"].shape == (int(camera.height), int(camera.width), 3)
+
+
+@pytest.mark.parametrize("frame", ["nerfstudio", "capture"])
+def test_init_ply_starts_from_the_ply_s_gaussians(tmp_path, frame):
+    """--pipeline.model.init-ply: the model starts from the PLY's Gaussians (SH bands cut to the
+    model's degree), as they are ("nerfstudio" frame) or moved by the dataparser's transform and
+    scale ("capture" frame: a PLY of another trainer in the COLMAP frame)."""
+    from nerfstudio.data.dataparsers.nerfstudio_dataparser import NerfstudioDataParserConfig
+
+    from jax_backend import read_ply, write_ply
+    from scenes import hard_scene
+
+    scene = hard_scene(n=50, seed=1)
+    raw = dict(means=scene["means"], scales=np.log(scene["scales"]), quats=scene["quats"],
+               opacities=np.log(scene["opacities"] / (1 - scene["opacities"])), sh0=scene["sh"][:, :1],
+               shN=scene["sh"][:, 1:])
+    ply = tmp_path / "start.ply"
+    write_ply(ply, raw)
+    pipeline = _pipeline(NerfstudioDataParserConfig(data=FOX), init_ply=ply, init_ply_frame=frame, sh_degree=1)
+    g = pipeline.model.gaussians
+    n = int(np.asarray(g.alive).sum())
+    written = read_ply(ply)["means"].astype(np.float64)  # write_ply leaves out the invisible ones
+    assert n == len(written) > 40 and g.params["shN"].shape[1] == 3
+    means = np.asarray(g.params["means"])[:n]
+    if frame == "nerfstudio":
+        np.testing.assert_allclose(means, written, atol=1e-6)
+    else:
+        out = pipeline.datamanager.train_dataparser_outputs
+        T, s = out.dataparser_transform.numpy().astype(np.float64), float(out.dataparser_scale)
+        np.testing.assert_allclose(means, s * (written @ T[:3, :3].T + T[:3, 3]), atol=1e-5)
+        assert np.abs(means - written).max() > 0.1  # the fox's transform is not the identity
+    assert np.asarray(pipeline.model.means).shape == (n, 3)  # the torch views follow
+
+
+def test_init_ply_that_is_not_a_splat_stops_naming_it(tmp_path):
+    from nerfstudio.data.dataparsers.nerfstudio_dataparser import NerfstudioDataParserConfig
+
+    from jax_backend import UserFacingError
+
+    bad = tmp_path / "points.ply"
+    bad.write_bytes(b"ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\nend_header\n0\n")
+    with pytest.raises(UserFacingError, match=str(bad)):
+        _pipeline(NerfstudioDataParserConfig(data=FOX), init_ply=bad)

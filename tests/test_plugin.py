@@ -404,3 +404,85 @@ def test_depth_of_empty_pixels_is_the_far_depth_as_splatfacto():
     assert empty.any() and drawn.any()
     assert np.all(depth[empty] == depth.max())
     assert depth[drawn].min() > 4.0 and depth.max() < 8.0  # the cube's depths, seen from z = 6
+
+
+@pytest.mark.parametrize("sh_degree", [0, 1, 3])
+def test_exported_ply_renders_what_the_model_renders(tmp_path, monkeypatch, sh_degree):
+    """`ns-export gaussian-splat` at SH degree 0, 1 and 3, read back by an independent reader
+    (plyfile) and drawn by the dense float64 reference renderer, gives the image the model renders
+    through `get_outputs` (view-dependent colours included)."""
+    plyfile = pytest.importorskip("plyfile")
+    import jax.numpy as jnp
+    import nerfstudio.scripts.exporter as exporter
+    from nerfstudio.cameras.cameras import Cameras
+    from nerfstudio.data.scene_box import SceneBox
+
+    import reference
+    from nerfstudio_jaxgs.model import JaxGSModelConfig
+
+    cfg = JaxGSModelConfig(num_random=150, random_scale=2.0, sh_degree=sh_degree)
+    model = cfg.setup(scene_box=SceneBox(aabb=torch.tensor([[-1.0, -1, -1], [1, 1, 1]])), num_train_data=1,
+                      seed_points=None)
+    g = model.gaussians
+    rng = np.random.default_rng(sh_degree)
+    params = dict(g.params, shN=jnp.asarray(rng.normal(size=g.params["shN"].shape) * 0.4, jnp.float32),
+                  sh0=jnp.asarray(rng.normal(size=g.params["sh0"].shape) * 0.8, jnp.float32),
+                  scales=g.params["scales"] + 1.5, opacities=g.params["opacities"] + 2.0)
+    model.gaussians = g._replace(params=params)
+    model._view_cache, model._trained_steps = None, 10**6  # the full SH degree renders
+    pipeline = type("P", (), {"model": model})()
+    monkeypatch.setattr(exporter, "eval_setup", lambda *a, **kw: (None, pipeline, None, None))
+    exporter.ExportGaussianSplat(load_config=tmp_path / "unused.yml", output_dir=tmp_path,
+                                 ply_color_mode="sh_coeffs").main()
+
+    v = plyfile.PlyData.read(str(tmp_path / "splat.ply"))["vertex"]
+    col = lambda *names: np.stack([np.asarray(v[n], np.float64) for n in names], -1)  # noqa: E731
+    rest = sorted((p.name for p in v.properties if p.name.startswith("f_rest_")), key=lambda n: int(n[7:]))
+    k = len(rest) // 3
+    assert k == (sh_degree + 1) ** 2 - 1
+    sh = col("f_dc_0", "f_dc_1", "f_dc_2")[:, None]
+    if k:
+        sh = np.concatenate([sh, col(*rest).reshape(-1, 3, k).transpose(0, 2, 1)], 1)  # f_rest channel-major
+    c2w = torch.eye(4)[:3]
+    c2w[:3, 3] = torch.tensor([0.3, -0.2, 4.0])
+    w, h = 64, 48
+    out = model.get_outputs(Cameras(camera_to_worlds=c2w[None], fx=50.0, fy=50.0, cx=31.0, cy=25.0, width=w,
+                                    height=h))
+    opengl = np.eye(4)
+    opengl[:3] = c2w.numpy()
+    opengl[:3, 1:3] *= -1  # OpenGL camera axes -> OpenCV
+    K = np.array([[50.0, 0, 31.0], [0, 50.0, 25.0], [0, 0, 1]])
+    ref, _ = reference.render(col("x", "y", "z"), col("rot_0", "rot_1", "rot_2", "rot_3"),
+                              np.exp(col("scale_0", "scale_1", "scale_2")), 1 / (1 + np.exp(-col("opacity")[:, 0])),
+                              sh, np.linalg.inv(opengl), K, w, h, sh_degree=sh_degree,
+                              background=model.background_color.numpy())
+    got = out["rgb"].numpy()
+    assert np.ptp(got) > 0.15  # the Gaussians are in view
+    np.testing.assert_allclose(got, np.clip(ref, 0, 1), atol=1e-4)
+
+
+def test_cameras_drawn_with_the_wrong_model_stop_naming_their_type():
+    """A render of a camera jax-gs's pinhole rasterizers would draw wrongly stops with one line
+    naming its type; a fisheye with coefficients (undistorted by nerfstudio's datamanager, which
+    keeps its type and rewrites its intrinsics) and a perspective camera render."""
+    from nerfstudio.cameras.cameras import Cameras, CameraType
+
+    from nerfstudio_jaxgs.errors import InputError
+
+    model = _model()
+    c2w = torch.eye(4)[:3]
+    c2w[2, 3] = 6.0
+
+    def camera(kind, distortion=None):
+        return Cameras(camera_to_worlds=c2w[None], fx=40.0, fy=40.0, cx=16.0, cy=12.0, width=32, height=24,
+                       camera_type=kind, distortion_params=distortion)
+
+    for kind, name in [(CameraType.EQUIRECTANGULAR, "EQUIRECTANGULAR camera"),
+                       (CameraType.OMNIDIRECTIONALSTEREO_L, "OMNIDIRECTIONALSTEREO_L camera"),
+                       (CameraType.FISHEYE, "FISHEYE camera with all-zero distortion coefficients"),
+                       (CameraType.FISHEYE624, "FISHEYE624 camera with all-zero distortion coefficients")]:
+        with pytest.raises(InputError, match=f"the camera to render is a {name}.*: jax-gs draws pinhole"):
+            model.get_outputs_for_camera(camera(kind))
+    undistorted = camera(CameraType.FISHEYE, torch.tensor([[0.1, 0.01, 0, 0, 0, 0]]))
+    assert model.get_outputs_for_camera(undistorted)["rgb"].shape == (24, 32, 3)
+    assert model.get_outputs_for_camera(camera(CameraType.PERSPECTIVE))["rgb"].shape == (24, 32, 3)

@@ -97,3 +97,50 @@ def test_truncated_and_foreign_files_give_clear_errors(tmp_path):
         read_ply(tmp_path / "text.txt")
     with pytest.raises(PlyError, match="missing.ply: cannot read"):
         read_ply(tmp_path / "missing.ply")
+
+
+def test_a_similarity_moves_gaussians_without_changing_what_a_moved_camera_sees():
+    """transform_params (init-ply in a capture's frame): Gaussians moved by x -> s (R x + t), seen by
+    the camera moved with them, render the same colours at SH degree 3 (positions, sizes,
+    rotations and the view-dependent colour all follow); dropping the SH rotation would not."""
+    import jax.numpy as jnp
+    from scipy.spatial.transform import Rotation
+
+    from jax_backend import init_from_params, render_gaussians, transform_params
+    from scenes import cameras, hard_scene
+
+    scene = hard_scene(n=60, seed=5)
+    params = dict(means=scene["means"], scales=np.log(scene["scales"]), quats=scene["quats"],
+                  opacities=np.log(scene["opacities"] / (1 - scene["opacities"])), sh0=scene["sh"][:, :1],
+                  shN=scene["sh"][:, 1:] * 3.0)
+    R = Rotation.from_rotvec([0.4, -1.1, 0.7]).as_matrix()
+    t, s = np.array([0.3, -0.2, 1.5]), 0.37
+    moved = transform_params(params, R, t, s)
+    (vm,), (K,) = cameras(48, 40, n=1, seed=2)
+    vm2 = np.eye(4)
+    vm2[:3, :3] = vm[:3, :3] @ R.T
+    vm2[:3, 3] = s * vm[:3, 3] - s * vm[:3, :3] @ R.T @ t  # camera coordinates scaled by s
+
+    def render(p, viewmat):
+        g = init_from_params(p, sh_degree=3)
+        return render_gaussians(g, jnp.asarray(viewmat, jnp.float32), jnp.asarray(K, jnp.float32), 48, 40,
+                                sh_degree=3, background=np.zeros(3, np.float32))[0]
+
+    before, after = render(params, vm)[..., :3], render(moved, vm2)[..., :3]
+    assert np.abs(before).max() > 0.3
+    np.testing.assert_allclose(after, before, atol=2e-4)
+    unrotated = dict(moved, sh0=params["sh0"], shN=params["shN"])
+    assert np.abs(render(unrotated, vm2)[..., :3] - before).max() > 0.05
+
+
+def test_init_from_params_names_the_source_of_bad_rows():
+    from jax_backend import UserFacingError, init_from_params
+
+    n = 4
+    params = dict(means=np.zeros((n, 3)), scales=np.zeros((n, 3)), quats=np.tile([1.0, 0, 0, 0], (n, 1)),
+                  opacities=np.zeros(n), sh0=np.zeros((n, 1, 3)), shN=np.zeros((n, 15, 3)))
+    g = init_from_params(params, sh_degree=1, source="x.ply")
+    assert g.params["shN"].shape == (4, 3, 3) and int(g.alive.sum()) == 4
+    bad = dict(params, scales=np.array([[0, 0, 0], [0, np.nan, 0], [0, 0, 0], [0, 0, 0]], float))
+    with pytest.raises(UserFacingError, match=r"x.ply: scales of 1 Gaussian\(s\) is not finite \(first: row 1\)"):
+        init_from_params(bad, source="x.ply")

@@ -123,6 +123,82 @@ def init_from_points(
     return Gaussians(out, jnp.arange(capacity) < n)
 
 
+def init_from_params(params: dict, *, sh_degree: int = 3, capacity: Optional[int] = None, source: str = "the input"
+                     ) -> Gaussians:
+    """Gaussians from raw parameters (PARAM_NAMES: log scales, opacity logits, SH coefficients), as
+    `files.read_ply` reads a 3DGS PLY: SH bands beyond `sh_degree` dropped, missing ones zero;
+    `capacity` slots (default: the next power of two). `source` names the input in errors."""
+    from ..errors import UserFacingError
+
+    n = len(params["means"])
+    if n == 0:
+        raise UserFacingError(f"{source} holds no Gaussians")
+    for name in PARAM_NAMES:
+        bad = ~np.isfinite(np.asarray(params[name], np.float64).reshape(n, -1)).all(axis=1)
+        if bad.any():
+            raise UserFacingError(f"{source}: {name} of {int(bad.sum())} Gaussian(s) is not finite (first: row "
+                                  f"{int(np.argmax(bad))})")
+    k = num_sh_bases(sh_degree) - 1
+    shN = np.asarray(params["shN"], np.float64)[:, :k]
+    shN = np.concatenate([shN, np.zeros((n, k - shN.shape[1], 3))], 1)
+    quats = np.asarray(params["quats"], np.float64)
+    norms = np.linalg.norm(quats, axis=1)
+    if (norms < 1e-12).any():
+        raise UserFacingError(f"{source}: the rotation of {int((norms < 1e-12).sum())} Gaussian(s) is a zero quaternion")
+    capacity = capacity or next_pow2(n)
+    if capacity < n:
+        raise ValueError(f"capacity {capacity} is smaller than the {n} Gaussians")
+    full = dict(means=params["means"], scales=params["scales"], quats=quats / norms[:, None],
+                opacities=np.asarray(params["opacities"]).reshape(n), sh0=np.asarray(params["sh0"]).reshape(n, 1, 3),
+                shN=shN)
+    out = {}
+    for name, v in full.items():
+        v = np.asarray(v, np.float64)
+        out[name] = jnp.asarray(np.concatenate([v, np.zeros((capacity - n,) + v.shape[1:])]), jnp.float32)
+    out["quats"] = out["quats"].at[n:, 0].set(1.0)  # dead slots hold valid quaternions
+    return Gaussians(out, jnp.arange(capacity) < n)
+
+
+def sh_rotation(rotation: np.ndarray, degree: int) -> np.ndarray:
+    """[K, K] block-diagonal matrix M (K = (degree+1)^2 bases) with sum_k (M c)_k Y_k(R d) =
+    sum_k c_k Y_k(d) for every direction d: the SH coefficients of a colour seen in a world turned
+    by `rotation` R. Each band's block solved by least squares from 64 directions (exact: a band
+    maps onto itself under rotations)."""
+    from ..rendering.sh import sh_basis
+
+    R = np.asarray(rotation, np.float64)
+    dirs = np.random.default_rng(0).normal(size=(64, 3))
+    dirs /= np.linalg.norm(dirs, axis=1, keepdims=True)
+    A = np.asarray(sh_basis(jnp.asarray(dirs @ R.T, jnp.float32), degree), np.float64)  # Y(R d)
+    B = np.asarray(sh_basis(jnp.asarray(dirs, jnp.float32), degree), np.float64)  # Y(d)
+    M = np.zeros((A.shape[1], A.shape[1]))
+    for band in range(degree + 1):
+        sl = slice(band * band, (band + 1) ** 2)
+        M[sl, sl] = np.linalg.lstsq(A[:, sl], B[:, sl], rcond=None)[0]  # Y(R d) M = Y(d) on the band
+    return M
+
+
+def transform_params(params: dict, rotation, translation, scale: float) -> dict:
+    """Raw parameters (PARAM_NAMES) moved by the similarity x -> scale (R x + t): means moved,
+    log scales shifted by log(scale), rotations composed with R, SH coefficients rotated (the
+    colour seen along R d is the colour seen along d before)."""
+    from scipy.spatial.transform import Rotation
+
+    R = np.asarray(rotation, np.float64)
+    if not np.allclose(R @ R.T, np.eye(3), atol=1e-4) or np.linalg.det(R) < 0:
+        raise ValueError(f"not a rotation: {R.tolist()}")
+    means = scale * (np.asarray(params["means"], np.float64) @ R.T + np.asarray(translation, np.float64))
+    x, y, z, w = Rotation.from_matrix(R).as_quat()
+    qw, qx, qy, qz = np.asarray(params["quats"], np.float64).T
+    quats = np.stack([w * qw - x * qx - y * qy - z * qz, w * qx + x * qw + y * qz - z * qy,
+                      w * qy - x * qz + y * qw + z * qx, w * qz + x * qy - y * qx + z * qw], 1)  # (R) * q
+    sh = np.concatenate([np.asarray(params["sh0"], np.float64), np.asarray(params["shN"], np.float64)], 1)
+    degree = int(round(np.sqrt(sh.shape[1]))) - 1
+    sh = np.einsum("kj,njc->nkc", sh_rotation(R, degree), sh)
+    return dict(params, means=means, scales=np.asarray(params["scales"], np.float64) + np.log(scale), quats=quats,
+                sh0=sh[:, :1], shN=sh[:, 1:])
+
+
 def init_random(num: int, scene_min, scene_max, **kw) -> Gaussians:
     """`num` Gaussians uniform in the box [scene_min, scene_max] ([3] each) with random colours;
     keyword arguments as `init_from_points`."""
