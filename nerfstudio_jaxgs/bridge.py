@@ -35,8 +35,9 @@ def camera_model_problem(cameras, index: int, where: str, hint: str) -> str | No
     has_coeffs = dist is not None and bool(torch.any(dist.reshape(-1, dist.shape[-1])[index] != 0))
     if kind in (CameraType.FISHEYE, CameraType.FISHEYE624) and has_coeffs:
         return None  # undistorted by nerfstudio's datamanager
+    article = "an" if kind.name[0] in "AEIOU" else "a"
     what = (f"a {kind.name} camera with all-zero distortion coefficients, which nerfstudio does not undistort"
-            if kind in (CameraType.FISHEYE, CameraType.FISHEYE624) else f"a {kind.name} camera")
+            if kind in (CameraType.FISHEYE, CameraType.FISHEYE624) else f"{article} {kind.name} camera")
     return f"{where} is {what}: jax-gs draws pinhole (perspective) cameras only; {hint}"
 
 

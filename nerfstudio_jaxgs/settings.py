@@ -233,10 +233,13 @@ def initial_gaussians(config, seed_points=None, scene_box=None):
 def gaussians_from_ply(config, transform=None, scale: float = 1.0):
     """The Gaussians of `config.init_ply` for a run at the model's SH degree; `transform` [3, 4]
     and `scale`: the dataparser's (applied when init-ply-frame is "capture")."""
-    from jax_backend import init_from_params, read_ply, transform_params
+    from jax_backend import PlyError, init_from_params, read_ply, transform_params
 
     path = Path(config.init_ply)
-    params = read_ply(path)
+    try:
+        params = read_ply(path)
+    except PlyError as e:
+        raise PlyError(f"--pipeline.model.init-ply {e}") from None
     if config.init_ply_frame == "capture":
         if transform is None:
             raise ValueError("init-ply-frame capture: the dataparser gave no transform")

@@ -155,6 +155,8 @@ def _fisheye_without_coefficients(tmp, _):
     pinhole render of a fisheye would be wrong without a word."""
     scene, meta = fox_copy(tmp)
     meta["camera_model"] = "OPENCV_FISHEYE"
+    for k in ("k1", "k2", "k3", "k4", "p1", "p2"):  # the fox's own OPENCV coefficients
+        meta.pop(k, None)
     write_meta(scene, meta)
     return Case(train_args(scene, tmp), "FISHEYE camera with all-zero distortion coefficients")
 
