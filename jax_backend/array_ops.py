@@ -1,11 +1,10 @@
 """Array operations written so that they compile quickly for every backend, TPU included.
 
-Measured on this CPU host, compiling for a TPU v5e (`benchmarks/accelerator_compile.py`; 2026-12-02):
-- a prefix sum or maximum over 2^20 elements (`jnp.cumsum`, `lax.cummax`) compiles in 18-30 s;
-  the same as a prefix within blocks of `BLOCK` and one over the blocks' totals in 0.9 s;
-- integer division and remainder by a traced divisor over 2^20 elements compile in 18 s; in
-  float32 with one correction step in 0.5 s.
-On a CPU both forms compile and run alike. Everything in `jax_backend` that takes a long prefix
+Compiling for a TPU, a prefix sum or maximum over 2^20 elements (`jnp.cumsum`, `lax.cummax`) and
+an integer division by a traced divisor take tens of seconds; a prefix within blocks of `BLOCK`
+and one over the blocks' totals, and a float32 division with one correction step, take about a
+second (measured with `benchmarks/accelerator_compile.py`: docs/tpu.md). On a CPU both forms
+compile and run alike. Everything in `jax_backend` that takes a long prefix
 or divides by a traced integer uses these.
 """
 from __future__ import annotations

@@ -17,9 +17,10 @@ def to_torch(x) -> torch.Tensor:
     return torch.from_dlpack(x)
 
 
-def camera_model_problem(cameras, index: int, where: str, hint: str) -> str | None:
+def camera_model_problem(cameras, index: int, where: str, rendering: bool = False) -> str | None:
     """Why camera `index` of nerfstudio `cameras` cannot be drawn by jax-gs's pinhole rasterizers
-    (None: it can). `where` names the camera in the message, `hint` says what to do instead.
+    (None: it can). `where` names the camera in the message; `rendering`: a camera to render (an
+    ns-render camera path), not one of the capture's.
 
     PERSPECTIVE cameras draw as they are. FISHEYE and FISHEYE624 cameras with distortion
     coefficients are drawable after nerfstudio's FullImageDatamanager has undistorted their images
@@ -33,17 +34,21 @@ def camera_model_problem(cameras, index: int, where: str, hint: str) -> str | No
         return None
     dist = cameras.distortion_params
     has_coeffs = dist is not None and bool(torch.any(dist.reshape(-1, dist.shape[-1])[index] != 0))
-    if kind in (CameraType.FISHEYE, CameraType.FISHEYE624) and has_coeffs:
+    fisheye = kind in (CameraType.FISHEYE, CameraType.FISHEYE624)
+    if fisheye and has_coeffs:
         return None  # undistorted by nerfstudio's datamanager
+    if rendering:
+        hint = 'render perspective cameras (in an ns-render camera path: "camera_type": "perspective")'
+    elif fisheye:
+        hint = ("give the capture's fisheye coefficients (k1-k4; nerfstudio then undistorts its images), or "
+                "undistort the images to a PINHOLE model first (e.g. COLMAP's image_undistorter)")
+    else:
+        hint = ("convert the images to perspective ones first (e.g. ns-process-data images --camera-type "
+                "equirectangular cuts each panorama into perspective views)")
     article = "an" if kind.name[0] in "AEIOU" else "a"
     what = (f"a {kind.name} camera with all-zero distortion coefficients, which nerfstudio does not undistort"
-            if kind in (CameraType.FISHEYE, CameraType.FISHEYE624) else f"{article} {kind.name} camera")
+            if fisheye else f"{article} {kind.name} camera")
     return f"{where} is {what}: jax-gs draws pinhole (perspective) cameras only; {hint}"
-
-
-TRAINING_CAMERA_HINT = ("give the capture's distortion coefficients (nerfstudio then undistorts its images), or "
-                        "undistort the images to a PINHOLE model first (e.g. COLMAP's image_undistorter)")
-RENDER_CAMERA_HINT = "render perspective cameras (in an ns-render camera path: \"camera_type\": \"perspective\")"
 
 
 def cameras_to_opencv(cameras):

@@ -18,7 +18,7 @@ import json
 import math
 from pathlib import Path
 
-from .bridge import TRAINING_CAMERA_HINT, camera_model_problem
+from .bridge import camera_model_problem
 from .errors import InputError
 
 _IMAGE_DIRS = ("images_2", "images_4", "images_8")
@@ -228,7 +228,7 @@ def check_views(dataset, split: str) -> None:
     masks = getattr(dataset._dataparser_outputs, "mask_filenames", None)
     for i, name in enumerate(names):
         where = f"{split} image {name}"
-        problem = camera_model_problem(cams, i, f"the camera of {where}", TRAINING_CAMERA_HINT)
+        problem = camera_model_problem(cams, i, f"the camera of {where}")
         if problem:
             raise InputError(problem)
         if not np.all(np.isfinite(c2w[i])):

@@ -13,7 +13,7 @@ import torch
 
 from nerfstudio.models.splatfacto import SplatfactoModel, SplatfactoModelConfig
 
-from .bridge import RENDER_CAMERA_HINT, camera_model_problem, cameras_to_opencv, to_torch
+from .bridge import camera_model_problem, cameras_to_opencv, to_torch
 from .errors import InputError
 
 PREFIX = "jaxgs"  # state-dict keys: "jaxgs.train<name>" (whole training state) or "jaxgs.gaussians<name>"
@@ -27,9 +27,9 @@ class JaxGSModelConfig(SplatfactoModelConfig):
 
     _target: Type = field(default_factory=lambda: JaxGSModel)
     background_color: Literal["auto", "random", "black", "white"] = "auto"
-    """Background behind the Gaussians. "auto": the colour the dataparser composites RGBA images on
-    (blender-data's alpha-color) for training, evaluation and viewing; otherwise splatfacto's
-    rule, "random" in training (renders outside training on black)."""
+    """Background behind the Gaussians: "auto" = the colour the dataparser composites RGBA images
+    on (blender-data's alpha-color) for training, evaluation and viewing, otherwise splatfacto's
+    rule ("random" in training, black outside it)."""
     random_scale: float = 0.0
     """Where random initial Gaussians start (captures without a point cloud, or random-init): 0
     = in the dataparser's scene box (blender-data's 3-unit cube around the object; the 2-unit cube
@@ -283,7 +283,7 @@ class JaxGSModel(SplatfactoModel):
         """Render one nerfstudio camera: rgb [H,W,3], depth [H,W,1] (expected depth), accumulation [H,W,1]."""
         from jax_backend import render_gaussians
 
-        problem = camera_model_problem(camera, 0, "the camera to render", RENDER_CAMERA_HINT)
+        problem = camera_model_problem(camera, 0, "the camera to render", rendering=True)
         if problem:
             raise InputError(problem)
         vm, K, w, h = cameras_to_opencv(camera)

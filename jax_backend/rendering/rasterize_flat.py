@@ -51,11 +51,8 @@ def auto_groups(num_tiles: int) -> int:
     """Groups for `num_tiles` tiles when none are set. Accelerators prefer one wide loop: 1. On a
     CPU about TILES_PER_GROUP tiles each, 1 to MAX_GROUPS: a blend step over a group costs a fixed
     dispatch per operation plus its pixels, so fewer, wider groups pay fewer dispatches and more
-    groups follow the workload closer.
-    Measured (2026-12-01, steps/s, two tile devices): the fox's 68 tiles per device 32 with 8
-    groups, 41-44 with 3 or 4 (light phase), its heavy phase 103-107 / 124 / 136 / 149 ms per step
-    per 100k intersections with 4 / 3 / 6 / 2 groups; the 504x378 scene's 384 per device
-    10.9 / 14.6 / 14.1 / 13.4 / 12.6 steps/s with 32 / 16 / 12 / 8 / 4 groups."""
+    groups follow the workload closer. The group-count measurements behind TILES_PER_GROUP are in
+    docs/tile_parallel.md."""
     if devices.platform() != "cpu":
         return 1
     return max(1, min(MAX_GROUPS, round(num_tiles / TILES_PER_GROUP)))

@@ -53,10 +53,9 @@ def _blur(maps, window, padding):
     zero-padded image; "valid": full windows only); a list of images in, a list out.
 
     On TPU as sums of shifted slices, all images stacked into one (`_blur_by_slices`): as
-    convolutions, SSIM's blurs made 89 of the TPU train block's kernels, and a TPU compile's time
-    goes to generating kernels (147 of 155 s for a v6e; measured with XLA's dump, 2026-12-02).
-    Elsewhere as convolutions, image by image: with the slices the train block ran at 0.57x the
-    steps/s on this CPU, stacked convolutions 1.4x slower than these (2026-12-02)."""
+    convolutions, SSIM's blurs made most of the TPU train block's kernels, and a TPU compile's time
+    goes to generating kernels. Elsewhere as convolutions, image by image: on a CPU the slices and
+    stacked convolutions both trained slower. Measurements: docs/tpu.md."""
     blur = _blur_by_slices if devices.platform() == "tpu" else _blur_by_convolutions
     return blur(maps, window, padding)
 
