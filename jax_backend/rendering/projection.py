@@ -1,7 +1,7 @@
 """Projection of 3D Gaussians to the screen (EWA splatting), one camera at a time.
 
 Everything here is plain differentiable JAX over per-Gaussian arrays; `jax.vmap` over cameras
-happens in `rendering.py`.
+happens in `rasterization.py`.
 """
 from __future__ import annotations
 

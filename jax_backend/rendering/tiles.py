@@ -30,10 +30,6 @@ class TileGrid(NamedTuple):
     def num_tiles(self) -> int:
         return self.tiles_x * self.tiles_y
 
-    @property
-    def pixels_per_tile(self) -> int:
-        return self.tile_size * self.tile_size
-
 
 class Pixels(NamedTuple):
     """Pixel centres (coordinates + 0.5) of some pixels, any shape, the same for both."""

@@ -77,7 +77,7 @@ def background_color(kind, key):
         return jnp.ones(3)
     if kind == "random":
         return jax.random.uniform(key, (3,))
-    raise ValueError(f"background must be 'black', 'white', 'random' or an (r, g, b) tuple, got {kind!r}")
+    raise ValueError(f"background must be one of {BACKGROUNDS} or an (r, g, b) tuple, got {kind!r}")
 
 
 def train_step(cfg: TrainConfig, tx, means_lr, isect_capacity: int, downscale: int, plan: ViewPlan, data: Dataset,
