@@ -114,12 +114,17 @@ def init_from_points(
         "shN": np.zeros((n, k - 1, 3)),
     }
     params["quats"] /= np.linalg.norm(params["quats"], axis=1, keepdims=True)
-    pad = capacity - n
+    return _padded(params, n, capacity)
+
+
+def _padded(params: dict, n: int, capacity: int) -> Gaussians:
+    """`n` Gaussians' parameters (numpy, [n, ...]) in `capacity` float32 slots; the slots past `n`
+    are dead, with zero parameters and a valid (identity) quaternion."""
     out = {}
     for name, v in params.items():
-        v = np.concatenate([v, np.zeros((pad,) + v.shape[1:])]) if pad else v
-        out[name] = jnp.asarray(v, jnp.float32)
-    out["quats"] = out["quats"].at[n:, 0].set(1.0)  # dead slots hold valid quaternions
+        v = np.asarray(v, np.float64)
+        out[name] = jnp.asarray(np.concatenate([v, np.zeros((capacity - n,) + v.shape[1:])]), jnp.float32)
+    out["quats"] = out["quats"].at[n:, 0].set(1.0)
     return Gaussians(out, jnp.arange(capacity) < n)
 
 
@@ -151,12 +156,7 @@ def init_from_params(params: dict, *, sh_degree: int = 3, capacity: Optional[int
     full = dict(means=params["means"], scales=params["scales"], quats=quats / norms[:, None],
                 opacities=np.asarray(params["opacities"]).reshape(n), sh0=np.asarray(params["sh0"]).reshape(n, 1, 3),
                 shN=shN)
-    out = {}
-    for name, v in full.items():
-        v = np.asarray(v, np.float64)
-        out[name] = jnp.asarray(np.concatenate([v, np.zeros((capacity - n,) + v.shape[1:])]), jnp.float32)
-    out["quats"] = out["quats"].at[n:, 0].set(1.0)  # dead slots hold valid quaternions
-    return Gaussians(out, jnp.arange(capacity) < n)
+    return _padded(full, n, capacity)
 
 
 def sh_rotation(rotation: np.ndarray, degree: int) -> np.ndarray:
