@@ -190,12 +190,12 @@ def raster_program(program: str):
 
         def fn(m, q, s, o, c, vm, K):
             return rasterization(m, q, s, o, c, vm, K, WIDTH, HEIGHT, sh_degree=3, render_mode="RGB+ED",
-                                 capacity=cap)[:2]
+                                 isect_capacity=cap)[:2]
     else:
         args = (means, quats, scales, opacities, colors, viewmats[:1], Ks[:1])
 
         def loss(m, q, s, o, c, vm, K):
-            img, alpha, _ = rasterization(m, q, s, o, c, vm, K, WIDTH, HEIGHT, capacity=cap, rasterizer=rasterizer)
+            img, alpha, _ = rasterization(m, q, s, o, c, vm, K, WIDTH, HEIGHT, isect_capacity=cap, rasterizer=rasterizer)
             return jnp.sum(img) + jnp.sum(alpha)
 
         fn = jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))
@@ -412,8 +412,7 @@ def main():
         if t == "cpu":
             continue
         for p in a.programs:
-            mine, cpu = [r for r in rows if r["program"] == p and r["target"] in (t, "cpu") and "error" not in r], None
-            by = {r["target"]: r for r in mine}
+            by = {r["target"]: r for r in rows if r["program"] == p and r["target"] in (t, "cpu") and "error" not in r}
             if t in by and "cpu" in by:
                 print(f"{p:>22}: {t} compile / cpu compile = {by[t]['compile_s'] / by['cpu']['compile_s']:.2f}x")
 

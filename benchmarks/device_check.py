@@ -92,7 +92,7 @@ def rasterizer_speed(sizes, repeats):
         cap = next_capacity(int(meta["num_intersections"][0]))
         for r in RASTERIZERS:
             def loss(*p, r=r):
-                im, _, _ = rasterization(*p, args[5], K, width, height, rasterizer=r, capacity=cap)
+                im, _, _ = rasterization(*p, args[5], K, width, height, rasterizer=r, isect_capacity=cap)
                 return jnp.mean((im - 0.5) ** 2)
 
             fwd = jax.jit(loss)

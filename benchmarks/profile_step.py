@@ -60,7 +60,7 @@ def main():
 
     def render(means, quats, scales, opac, sh):
         return rasterization(means, quats, scales, opac, sh, vm[None], K[None], W, H, sh_degree=3,
-                             capacity=cap)[0][0]
+                             isect_capacity=cap)[0][0]
 
     fwd = jax.jit(render)
     grad = jax.jit(jax.grad(lambda *p: jnp.abs(render(*p) - target).mean(), argnums=(0, 1, 2, 3, 4)))

@@ -64,7 +64,7 @@ def measure(n: int, rasterizer: str, mode: str, repeats: int) -> dict:
 
     def loss(means, quats, scales, opacities, colors):
         img, alpha, m = rasterization(means, quats, scales, opacities, colors, args[5], args[6], WIDTH, HEIGHT,
-                                      rasterizer=rasterizer, capacity=cap)
+                                      rasterizer=rasterizer, isect_capacity=cap)
         return jnp.mean((img - target) ** 2), m["overflow"]
 
     if mode == "forward":

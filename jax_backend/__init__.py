@@ -28,6 +28,7 @@ _EXPORTS = {
     "RASTERIZERS": "rendering",
     "RASTERIZE_MODES": "rendering",
     "RENDER_MODES": "rendering",
+    "RasterizerOptions": "rendering",
     "rasterization": "rendering",
     "count_intersections": "rendering",
     "auto_data_devices": "devices",

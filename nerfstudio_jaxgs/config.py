@@ -14,7 +14,7 @@ from nerfstudio.engine.optimizers import AdamOptimizerConfig
 from nerfstudio.engine.schedulers import ExponentialDecaySchedulerConfig
 from nerfstudio.plugins.types import MethodSpecification
 
-from .errors import install_excepthook
+from .hooks import install_excepthook
 from .model import JaxGSModelConfig
 from .pipeline import JaxGSPipelineConfig
 from .trainer import JaxGSTrainerConfig

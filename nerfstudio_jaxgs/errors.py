@@ -5,12 +5,10 @@ from deep inside nerfstudio, PIL or torch, and never with an interactive prompt 
 - `user_errors` turns what nerfstudio's loaders raise on bad input (file errors, and the
   assertions, KeyErrors and arithmetic errors of its dataparsers and datasets) into `InputError`,
   naming the frame or file nerfstudio was reading, taken from its own variables where it failed.
-- `install_excepthook` prints an `InputError`, a jax_backend error meant for users (a checkpoint or
-  PLY that cannot be read, training that diverged), a failed `torch.load` in nerfstudio's own
-  checkpoint loading, or a missing `--load-config`, as one line (`jax-gs: error: ...`) and exits
-  with status 1.
-- `no_prompts` answers nerfstudio's yes/no questions with their default when stdin is not a
-  terminal, saying so, instead of waiting for an answer.
+- `one_line` words an `InputError`, a jax_backend error meant for users (a checkpoint or PLY that
+  cannot be read, training that diverged), a failed `torch.load` in nerfstudio's own checkpoint
+  loading, a full disk or a missing `--load-config` as one line; jax-gs's excepthook
+  (`hooks.install_excepthook`) prints it (`jax-gs: error: ...`) and exits with status 1.
 """
 from __future__ import annotations
 
@@ -18,7 +16,6 @@ import contextlib
 import io
 import json
 import struct
-import sys
 from pathlib import Path
 
 
@@ -200,7 +197,9 @@ def _disk_full(exc, tb):
     return str(disk_full_error(path, atomic=False))
 
 
-def _one_line(exc_type, exc, tb):
+def one_line(exc_type, exc, tb):
+    """The one line that says what went wrong, for an error meant for the user; None for any other
+    (which keeps its traceback)."""
     torch_path, load_path = _checkpoint_paths(tb)
     from jax_backend.errors import UserFacingError
 
@@ -218,45 +217,3 @@ def _one_line(exc_type, exc, tb):
         reason = str(exc).strip().splitlines()[0].split(". ")[0] if str(exc).strip() else exc_type.__name__
         return f"checkpoint {torch_path} is unreadable (truncated or not a checkpoint): {reason}"
     return None
-
-
-def install_excepthook() -> None:
-    if getattr(sys.excepthook, "_jaxgs", False):
-        return
-    previous = sys.excepthook
-
-    def hook(exc_type, exc, tb):
-        line = _one_line(exc_type, exc, tb)
-        if line is None:
-            return previous(exc_type, exc, tb)
-        sys.stderr.write(f"jax-gs: error: {line}\n")
-        sys.stderr.flush()
-
-    hook._jaxgs = True
-    sys.excepthook = hook
-
-
-@contextlib.contextmanager
-def no_prompts():
-    """While active, rich's Confirm.ask returns its default when stdin is not a terminal."""
-    from rich.prompt import Confirm
-
-    interactive = sys.stdin is not None and sys.stdin.isatty()
-    if interactive:
-        yield
-        return
-    original = Confirm.ask
-
-    def ask(prompt="", *args, default=False, **kwargs):
-        if "downscale the images" in str(prompt):  # nerfstudio would exit(1) without a word on "no"
-            raise InputError("the downscaled images the dataparser's --downscale-factor asks for do not exist "
-                             "(nerfstudio offers to make them when run in a terminal; or use ns-process-data, or "
-                             "leave out --downscale-factor)")
-        sys.stderr.write(f"jax-gs: non-interactive run, answering {'yes' if default else 'no'} to: {prompt}\n")
-        return bool(default) if default is not ... else False
-
-    Confirm.ask = ask
-    try:
-        yield
-    finally:
-        Confirm.ask = original

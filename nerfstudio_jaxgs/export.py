@@ -1,16 +1,13 @@
-"""`ns-export gaussian-splat` on a jax-gs model: the output folder is checked before the model
-loads, and the PLY is written atomically, so an interrupted export leaves the earlier file as it
-was. nerfstudio's exporter writes in place, value by value (seconds on a small scene, far longer
-on a large one); for a jax-gs model its `write_ply` is replaced by `write_ply_atomic`, which
-writes the same bytes (nerfstudio's header, the same properties in the same order, float32 or
-uint8 little endian) from one array to a temporary file beside the target, then renames it.
-
-The pipeline calls `guard_export()` while it is built, which happens inside the exporter's
-`main` before the checkpoint is read.
+"""`ns-export gaussian-splat` on a jax-gs model: the PLY is written atomically, so an interrupted
+export leaves the earlier file as it was. nerfstudio's exporter writes in place, value by value
+(seconds on a small scene, far longer on a large one); for a jax-gs model its `write_ply` is
+`write_ply_atomic` (installed by `hooks.install_atomic_export`), which checks the output folder,
+removes what a killed export left there, and writes the same bytes (nerfstudio's header, the same
+properties in the same order, float32 or uint8 little endian) from one array to a temporary file
+beside the target, then renames it.
 """
 from __future__ import annotations
 
-import sys
 import tempfile
 from importlib.metadata import version
 from pathlib import Path
@@ -18,21 +15,6 @@ from pathlib import Path
 import numpy as np
 
 from .errors import InputError
-
-
-def export_target():
-    """(output folder, file name) of the `ns-export gaussian-splat` run this process is in, or
-    None: found on the call stack (the exporter's `main` builds the pipeline)."""
-    exporter = sys.modules.get("nerfstudio.scripts.exporter")
-    if exporter is None:
-        return None
-    frame = sys._getframe(1)
-    while frame is not None:
-        obj = frame.f_locals.get("self")
-        if isinstance(obj, exporter.ExportGaussianSplat):
-            return Path(obj.output_dir), obj.output_filename
-        frame = frame.f_back
-    return None
 
 
 def check_output_folder(folder: Path, filename: str) -> None:
@@ -48,21 +30,6 @@ def check_output_folder(folder: Path, filename: str) -> None:
             pass
     except OSError as e:
         raise InputError(f"cannot write into output folder {folder}: {e.strerror or e}") from None
-
-
-def guard_export() -> None:
-    """When this process is `ns-export gaussian-splat`: check its output folder, clear temporary
-    files a killed export left there, and make its PLY writing atomic."""
-    target = export_target()
-    if target is None:
-        return
-    from jax_backend.files import remove_stale_temps
-
-    folder, filename = target
-    check_output_folder(folder, filename)
-    remove_stale_temps(folder, filename)
-    exporter = sys.modules["nerfstudio.scripts.exporter"]
-    exporter.ExportGaussianSplat.write_ply = staticmethod(write_ply_atomic)
 
 
 def ply_bytes(count: int, map_to_tensors) -> tuple[bytes, np.ndarray]:
@@ -87,9 +54,12 @@ def ply_bytes(count: int, map_to_tensors) -> tuple[bytes, np.ndarray]:
 
 
 def write_ply_atomic(filename: str, count: int, map_to_tensors) -> None:
-    """`ExportGaussianSplat.write_ply`, written atomically and from one array."""
-    from jax_backend.files import atomic_open
+    """`ExportGaussianSplat.write_ply`, into a folder checked first, atomically and from one array."""
+    from jax_backend.files import atomic_open, remove_stale_temps
 
+    folder, name = Path(filename).parent, Path(filename).name
+    check_output_folder(folder, name)
+    remove_stale_temps(folder, name)
     if int(count) == 0:
         raise InputError(f"nothing to export to {filename}: the model has no Gaussian with finite values and "
                          f"opacity above 1/255 (was training diverging?)")

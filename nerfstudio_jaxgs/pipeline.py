@@ -10,12 +10,10 @@ import numpy as np
 
 from nerfstudio.pipelines.base_pipeline import VanillaPipeline, VanillaPipelineConfig
 
-from jax_backend.files import enable_compilation_cache
-
 from .bridge import cameras_to_opencv
 from .checks import check_scene, check_views
-from .errors import InputError, install_excepthook, no_prompts, user_errors
-from .export import guard_export
+from .errors import InputError, user_errors
+from .hooks import install_pipeline_hooks, no_prompts
 from .settings import check_datamanager
 
 
@@ -26,12 +24,7 @@ class JaxGSPipelineConfig(VanillaPipelineConfig):
 
 class JaxGSPipeline(VanillaPipeline):
     def __init__(self, config: JaxGSPipelineConfig, *args, **kwargs):
-        install_excepthook()  # bad input below ends the run with one line naming the file
-        enable_compilation_cache()  # every ns-* command: programs compiled by an earlier run load from disk
-        from jax_backend import use_cpu_cores
-
-        use_cpu_cores()  # on a CPU, one JAX device per core (training deals each view's tiles over them)
-        guard_export()  # ns-export: output folder checked before the model loads, atomic PLY
+        install_pipeline_hooks()  # every change jax-gs makes to nerfstudio and the process: `hooks.py`
         dm = config.datamanager
         data = getattr(dm, "data", None) or dm.dataparser.data
         check_scene(dm.dataparser, data)
@@ -45,9 +38,6 @@ class JaxGSPipeline(VanillaPipeline):
                 self._start_from_ply()
         outputs = getattr(self.datamanager, "train_dataparser_outputs", None)
         self.model.set_data_background(getattr(outputs, "alpha_color", None))
-        from .viewer import install_first_view
-
-        install_first_view()  # ns-viewer and ns-train's viewer open at a training camera
 
     def _start_from_ply(self) -> None:
         """The model's Gaussians from --pipeline.model.init-ply (a checkpoint loaded afterwards,

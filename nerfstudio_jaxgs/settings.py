@@ -112,60 +112,39 @@ def strategy(config, num_train_data: int):
     )
 
 
-def optim_config(optimizers: dict):
-    """`jax_backend.OptimConfig` from nerfstudio's `--optimizers.*` (Adam with an optional
-    exponential decay per group); InputError naming anything else."""
-    from nerfstudio.engine.optimizers import AdamOptimizerConfig
-    from nerfstudio.engine.schedulers import ExponentialDecaySchedulerConfig
-
-    from jax_backend import OptimConfig
-    from jax_backend.training.optim import GroupConfig
-
-    base = OptimConfig()
-    groups = {}
-    for group, param in OPTIMIZER_GROUPS.items():
-        entry = (optimizers or {}).get(group)
-        if entry is None:
-            continue
-        opt, sched = entry.get("optimizer"), entry.get("scheduler")
-        where = f"--optimizers.{group.replace('_', '-')}"
-        if type(opt) is not AdamOptimizerConfig:
-            raise InputError(f"{where}.optimizer: jax-gs trains with Adam only, got {type(opt).__name__}")
-        if opt.weight_decay or opt.max_norm is not None:
-            raise InputError(f"{where}.optimizer: weight-decay and max-norm are not supported")
-        lr_final, decay_steps = None, 0
-        if sched is not None:
-            if type(sched) is not ExponentialDecaySchedulerConfig:
-                raise InputError(f"{where}.scheduler: only the exponential decay is supported, got {type(sched).__name__}")
-            if sched.warmup_steps:
-                raise InputError(f"{where}.scheduler.warmup-steps {sched.warmup_steps}: warm-up is not supported")
-            lr_final, decay_steps = (sched.lr_final if sched.lr_final is not None else opt.lr), sched.max_steps
-        groups[param] = GroupConfig(lr=opt.lr, lr_final=lr_final, decay_steps=decay_steps, eps=opt.eps,
-                                    times_extent=getattr(base, param).times_extent)
-    return dataclasses.replace(base, **groups)
-
-
-def _warmup_decay(group: str, optimizers: dict) -> dict:
-    """lr, eps and schedule settings of an optimizer group that may warm up (camera_opt,
-    bilateral_grid) as `warmup_exponential_decay` takes them; {} when the group is not given."""
+def group_config(group: str, optimizers: dict, default):
+    """`jax_backend.training.optim.GroupConfig` of splatfacto's optimizer group `group`
+    (`--optimizers.GROUP.*`: Adam, with an optional ExponentialDecayScheduler, warm-up included);
+    `default` (a GroupConfig) when the group is not given; InputError naming anything else."""
     from nerfstudio.engine.optimizers import AdamOptimizerConfig
     from nerfstudio.engine.schedulers import ExponentialDecaySchedulerConfig
 
     entry = (optimizers or {}).get(group)
     if entry is None:
-        return {}
-    where = f"--optimizers.{group.replace('_', '-')}"
+        return default
     opt, sched = entry.get("optimizer"), entry.get("scheduler")
-    if type(opt) is not AdamOptimizerConfig or opt.weight_decay or opt.max_norm is not None:
-        raise InputError(f"{where}.optimizer: jax-gs trains this group with plain Adam only")
-    settings = dict(lr=opt.lr, eps=opt.eps, lr_final=opt.lr, warmup_steps=0)
+    where = f"--optimizers.{group.replace('_', '-')}"
+    if type(opt) is not AdamOptimizerConfig:
+        raise InputError(f"{where}.optimizer: jax-gs trains with Adam only, got {type(opt).__name__}")
+    if opt.weight_decay or opt.max_norm is not None:
+        raise InputError(f"{where}.optimizer: weight-decay and max-norm are not supported")
+    settings = dict(lr=opt.lr, eps=opt.eps, lr_final=None)
     if sched is not None:
         if type(sched) is not ExponentialDecaySchedulerConfig:
             raise InputError(f"{where}.scheduler: only the exponential decay is supported, got {type(sched).__name__}")
         settings.update(lr_final=sched.lr_final if sched.lr_final is not None else opt.lr,
                         decay_steps=sched.max_steps, warmup_steps=sched.warmup_steps,
                         lr_pre_warmup=sched.lr_pre_warmup, ramp=sched.ramp)
-    return settings
+    return dataclasses.replace(default, **settings)
+
+
+def optim_config(optimizers: dict):
+    """`jax_backend.OptimConfig`: the Gaussians' groups from nerfstudio's `--optimizers.*`."""
+    from jax_backend import OptimConfig
+
+    base = OptimConfig()
+    return dataclasses.replace(base, **{param: group_config(group, optimizers, getattr(base, param))
+                                        for group, param in OPTIMIZER_GROUPS.items()})
 
 
 def bilateral_config(config, optimizers: dict):
@@ -176,7 +155,7 @@ def bilateral_config(config, optimizers: dict):
     if not config.use_bilateral_grid:
         return BilateralGridConfig()
     return BilateralGridConfig(enabled=True, shape=tuple(int(s) for s in config.grid_shape),
-                               **_warmup_decay("bilateral_grid", optimizers))
+                               optimizer=group_config("bilateral_grid", optimizers, BilateralGridConfig().optimizer))
 
 
 def camera_opt_config(camera_optimizer, optimizers: dict):
@@ -188,7 +167,7 @@ def camera_opt_config(camera_optimizer, optimizers: dict):
     settings = dict(mode=c.mode, trans_l2_penalty=c.trans_l2_penalty, rot_l2_penalty=c.rot_l2_penalty)
     if c.mode == "off":
         return CameraOptConfig(**settings)
-    return CameraOptConfig(**settings, **_warmup_decay("camera_opt", optimizers))
+    return CameraOptConfig(**settings, optimizer=group_config("camera_opt", optimizers, CameraOptConfig().optimizer))
 
 
 def init_settings(config, scene_box=None) -> dict:

@@ -21,39 +21,29 @@ def sees_the_scene(model, camera, height: int = 48) -> bool:
     return float(out["accumulation"].mean()) > EMPTY_COVERAGE
 
 
-def install_first_view() -> None:
-    """Wrap nerfstudio's `Viewer.init_scene` (once) so each new client that sees nothing of a
-    jax-gs scene starts at a training camera."""
-    from nerfstudio.viewer.viewer import Viewer
+def watch_first_views(viewer) -> None:
+    """After nerfstudio's `Viewer.init_scene` (`hooks.install_first_view`): each client that
+    connects to a jax-gs scene's viewer and sees nothing of it is moved to the first training
+    camera, as clicking its frustum would."""
+    from nerfstudio.viewer.utils import get_camera
 
-    if getattr(Viewer.init_scene, "_jaxgs", False):
+    from .model import JaxGSModel
+
+    handles = getattr(viewer, "camera_handles", {})
+    if not isinstance(getattr(viewer.pipeline, "model", None), JaxGSModel) or not handles:
         return
-    original = Viewer.init_scene
+    first = handles[min(handles)]
 
-    def init_scene(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        from nerfstudio.viewer.utils import get_camera
-
-        from .model import JaxGSModel
-
-        handles = getattr(self, "camera_handles", {})
-        if not isinstance(getattr(self.pipeline, "model", None), JaxGSModel) or not handles:
-            return
-        first = handles[min(handles)]
-
-        def on_connect(client):
-            try:
-                camera = get_camera(self.get_camera_state(client), 48)
-                if sees_the_scene(self.pipeline.model, camera):
-                    return
-            except Exception as e:  # the view could not be checked: leave the camera where it is
-                print(f"[jax-gs] viewer: first-view check skipped ({type(e).__name__}: {e})")
+    def on_connect(client):
+        try:
+            camera = get_camera(viewer.get_camera_state(client), 48)
+            if sees_the_scene(viewer.pipeline.model, camera):
                 return
-            with client.atomic():  # as nerfstudio's own click on a camera frustum does
-                client.camera.position = first.position
-                client.camera.wxyz = first.wxyz
+        except Exception as e:  # the view could not be checked: leave the camera where it is
+            print(f"[jax-gs] viewer: first-view check skipped ({type(e).__name__}: {e})")
+            return
+        with client.atomic():  # as nerfstudio's own click on a camera frustum does
+            client.camera.position = first.position
+            client.camera.wxyz = first.wxyz
 
-        self.viser_server.on_client_connect(on_connect)
-
-    init_scene._jaxgs = True
-    Viewer.init_scene = init_scene
+    viewer.viser_server.on_client_connect(on_connect)

@@ -60,10 +60,10 @@ tr = Trainer(cfg, data, init_from_points(points, sh_degree=3, capacity=4096), 1.
 out["budget_refine_sorts"] = tr.lower_refine(target).compile().as_text().count(" sort(")
 
 def render(m, q, s, o, c, vm, K):
-    return rasterization(m, q, s, o, c, vm, K, W, H, sh_degree=3, render_mode="RGB+ED", capacity=1 << 15)[:2]
+    return rasterization(m, q, s, o, c, vm, K, W, H, sh_degree=3, render_mode="RGB+ED", isect_capacity=1 << 15)[:2]
 
 def loss(m, q, s, o, c, vm, K):
-    img, alpha, _ = rasterization(m, q, s, o, c, vm, K, W, H, sh_degree=3, capacity=1 << 15)
+    img, alpha, _ = rasterization(m, q, s, o, c, vm, K, W, H, sh_degree=3, isect_capacity=1 << 15)
     return jnp.sum(img) + jnp.sum(alpha)
 
 args = (points, np.tile([1.0, 0, 0, 0], (N, 1)), np.full((N, 3), 0.02), np.full(N, 0.5), np.zeros((N, 16, 3)),

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from jax_backend import DefaultStrategy, TrainConfig, Trainer, init_random, make_dataset
-from jax_backend.training.bilateral import BilateralGridConfig, centre_grids, init_grids, slice_grid, total_variation
+from jax_backend.training.bilateral import BilateralGridConfig, centre_grids, slice_grid, total_variation
+from jax_backend.training.optim import GroupConfig
 from synthetic import known_views
 
 
@@ -29,16 +30,16 @@ def test_slice_and_total_variation_are_nerfstudios():
         np.testing.assert_allclose(np.asarray(ours), theirs.detach().numpy(), atol=1e-5)
     np.testing.assert_allclose(float(total_variation(jnp.asarray(ref.grids.detach().numpy()))),
                                float(total_variation_loss(ref.grids)), rtol=1e-5)
-    identity = init_grids(BilateralGridConfig(enabled=True, shape=(5, 4, 3)), 2, 100).grids
+    identity = BilateralGridConfig(enabled=True, shape=(5, 4, 3)).init_values(2)
     np.testing.assert_allclose(np.asarray(slice_grid(identity[0], jnp.asarray(rgb))), rgb, atol=1e-6)
 
 
 def test_centring_keeps_each_images_departure_and_moves_the_mean_to_the_identity():
     rng = np.random.default_rng(3)
-    grids = init_grids(BilateralGridConfig(enabled=True, shape=(3, 2, 4)), 5, 100).grids
+    grids = BilateralGridConfig(enabled=True, shape=(3, 2, 4)).init_values(5)
     grids = grids + jnp.asarray(rng.normal(0, 0.1, grids.shape), jnp.float32)
     centred = np.asarray(centre_grids(grids))
-    identity = np.asarray(init_grids(BilateralGridConfig(enabled=True, shape=(3, 2, 4)), 1, 100).grids[0])
+    identity = np.asarray(BilateralGridConfig(enabled=True, shape=(3, 2, 4)).init_values(1)[0])
     np.testing.assert_allclose(centred.mean(0), identity, atol=1e-6)
     np.testing.assert_allclose(centred - centred[0], np.asarray(grids - grids[0]), atol=1e-6)
 
@@ -60,7 +61,8 @@ def _exposure_scene(views=32):
 
 def _train(train, bilateral: bool):
     cfg = TrainConfig(max_steps=800, steps_per_block=100, sh_degree=3, sh_degree_interval=100,
-                      bilateral=BilateralGridConfig(enabled=bilateral, shape=(4, 4, 4), warmup_steps=0, lr=5e-3),
+                      bilateral=BilateralGridConfig(enabled=bilateral, shape=(4, 4, 4),
+                                                    optimizer=GroupConfig(5e-3, 1e-4)),
                       strategy=DefaultStrategy(refine_start=100, refine_stop=800, refine_every=100, reset_every=10**6))
     tr = Trainer(cfg, train, init_random(256, -1, 1, sh_degree=3, capacity=2048), scene_scale=1.5, log=lambda *_: None)
     tr.train()

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from jax_backend import DefaultStrategy, TrainConfig, Trainer, init_from_points, make_dataset
-from jax_backend.training.cameras import CameraOptConfig, camera_lr, corrected_viewmats
+from jax_backend.training.cameras import CameraOptConfig, corrected_viewmats
+from jax_backend.training.optim import GroupConfig, lr_schedule
 from scenes import cameras
 from synthetic import known_views
 
@@ -40,7 +41,7 @@ def test_corrections_are_nerfstudios(mode):
 
 def test_learning_rate_follows_nerfstudios_schedule():
     """splatfacto's camera_opt group (1e-4, warm-up 1000 steps from 0, cosine ramp, to 5e-7 at 30k),
-    against nerfstudio's own scheduler."""
+    against nerfstudio's own scheduler (the one schedule of every optimizer group)."""
     torch = pytest.importorskip("torch")
     pytest.importorskip("nerfstudio")
     from nerfstudio.engine.schedulers import ExponentialDecaySchedulerConfig
@@ -51,7 +52,7 @@ def test_learning_rate_follows_nerfstudios_schedule():
         sched = ExponentialDecaySchedulerConfig(lr_final=5e-7, max_steps=30000, warmup_steps=1000, lr_pre_warmup=0,
                                                 ramp=ramp).setup().get_scheduler(opt, 1e-4)
         theirs = [sched.lr_lambdas[0](s) * 1e-4 for s in steps]
-        lr = camera_lr(CameraOptConfig(mode="SO3xR3", lr=1e-4, lr_final=5e-7, warmup_steps=1000, ramp=ramp), 30000)
+        lr = lr_schedule(GroupConfig(1e-4, 5e-7, warmup_steps=1000, ramp=ramp), 1.0, 30000)
         np.testing.assert_allclose([float(lr(s)) for s in steps], theirs, rtol=1e-5, atol=1e-12)
 
 
@@ -91,7 +92,7 @@ def test_perturbed_poses_move_toward_the_truth():
     start = init_from_points(gt["means"] + rng.normal(size=(n, 3)) * 0.01, gt["colors"], sh_degree=0)
     results = {}
     for mode in ("off", "SO3xR3"):
-        cam = CameraOptConfig(mode=mode, lr=1e-3, lr_final=1e-4, warmup_steps=0)
+        cam = CameraOptConfig(mode=mode, optimizer=GroupConfig(1e-3, 1e-4))
         cfg = TrainConfig(max_steps=600, steps_per_block=100, sh_degree=0, camera_opt=cam,
                           strategy=DefaultStrategy(refine_start=10**6))
         tr = Trainer(cfg, data, start, scene_scale=1.5, log=lambda *_: None)

@@ -16,7 +16,8 @@ from nerfstudio.data.dataparsers.colmap_dataparser import ColmapDataParserConfig
 from nerfstudio.data.dataparsers.nerfstudio_dataparser import NerfstudioDataParserConfig  # noqa: E402
 
 from nerfstudio_jaxgs.checks import check_scene, check_views  # noqa: E402
-from nerfstudio_jaxgs.errors import InputError, _one_line, no_prompts, user_errors  # noqa: E402
+from nerfstudio_jaxgs.errors import InputError, one_line, user_errors  # noqa: E402
+from nerfstudio_jaxgs.hooks import no_prompts  # noqa: E402
 
 from commands import BIN, FOX, run_command  # noqa: E402
 
@@ -99,9 +100,9 @@ def test_truncated_checkpoint_is_one_line_naming_it(tmp_path):
     try:
         torch.load(ckpt, map_location="cpu")
     except Exception as e:  # noqa: BLE001
-        line = _one_line(type(e), e, e.__traceback__)
+        line = one_line(type(e), e, e.__traceback__)
     assert line is not None and str(ckpt) in line and "unreadable" in line and "\n" not in line
-    assert _one_line(ValueError, ValueError("x"), None) is None  # other errors keep their traceback
+    assert one_line(ValueError, ValueError("x"), None) is None  # other errors keep their traceback
 
 
 def test_prompts_take_their_default_when_not_interactive(monkeypatch):
@@ -113,7 +114,7 @@ def test_prompts_take_their_default_when_not_interactive(monkeypatch):
         assert Confirm.ask("Go on?", default=True) is True
 
 
-def test_ns_train_on_a_bad_scene_fails_in_one_line(tmp_path):
+def test_ns_train_on_a_bad_scene_fails_inone_line(tmp_path):
     scene, meta = _small_scene(tmp_path)
     (scene / meta["frames"][2]["file_path"]).unlink()
     out = run_command([BIN / "ns-train", "jax-gs", "--data", scene, "--output-dir", tmp_path / "out",
@@ -292,14 +293,14 @@ def test_export_writes_nerfstudios_bytes_atomically(tmp_path):
     assert str(ro) in _error(lambda: check_output_folder(ro, "splat.ply"))
 
 
-def test_a_missing_load_config_is_one_line(tmp_path):
+def test_a_missing_load_config_isone_line(tmp_path):
     from nerfstudio.utils.eval_utils import eval_setup
 
     missing = tmp_path / "run" / "config.yml"
     try:
         eval_setup(missing)
     except FileNotFoundError as e:
-        line = _one_line(type(e), e, e.__traceback__)
+        line = one_line(type(e), e, e.__traceback__)
     assert line == f"config file {missing} does not exist (--load-config takes the config.yml of a training run)"
 
 
@@ -321,7 +322,7 @@ def test_a_full_disk_is_one_line_and_keeps_the_previous_file(tmp_path, monkeypat
     with pytest.raises(DiskFullError, match=r"no space left on the device to write .*a\.ply: it needs 6\.0 kB, .* free "
                                             r"there \(the previous file is unchanged\)") as e:
         atomic_write(target, b"x" * 6000)
-    assert _one_line(type(e.value), e.value, e.value.__traceback__).startswith(f"no space left on the device to write {target}")
+    assert one_line(type(e.value), e.value, e.value.__traceback__).startswith(f"no space left on the device to write {target}")
     monkeypatch.undo()
 
     def wrapped(f):  # what torch.save raises when the file's write fails
@@ -343,7 +344,7 @@ def test_a_full_disk_is_one_line_and_keeps_the_previous_file(tmp_path, monkeypat
     monkeypatch.setattr("pathlib.Path.open", lambda self, *a, **k: Full())
     with pytest.raises(OSError) as e:
         (tmp_path / "eval.json").write_text("{}")
-    line = _one_line(e.type, e.value, e.tb)
+    line = one_line(e.type, e.value, e.tb)
     assert line.startswith(f"no space left on the device to write {tmp_path / 'eval.json'}: ") and line.endswith(" free there")
 
 

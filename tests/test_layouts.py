@@ -247,7 +247,7 @@ def test_camera_optimizer_reaches_the_engine_and_the_viewer(tmp_path):
                                                                      cache_images_type="uint8"), model=model)
     pipeline = cfg.setup(device="cpu", test_mode="val")
     engine = pipeline.ensure_engine(100, OPTIMIZERS)
-    assert engine.cfg.camera_opt.mode == "SO3xR3" and engine.cfg.camera_opt.warmup_steps == 1000
+    assert engine.cfg.camera_opt.mode == "SO3xR3" and engine.cfg.camera_opt.optimizer.warmup_steps == 1000
     pipeline.train_block(10, 100)
     deltas = np.asarray(engine.state.cameras.deltas)
     assert deltas.shape == (len(pipeline.datamanager.train_dataset), 6) and np.abs(deltas).max() > 0

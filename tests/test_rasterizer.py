@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import reference
-from jax_backend import count_intersections, rasterization
+from jax_backend import RasterizerOptions as Options, count_intersections, rasterization
 from jax_backend.rendering.rasterize_flat import MAX_GROUPS, auto_groups
 from scenes import cameras, hard_scene, off_centre_intrinsics, wide_scene
 
@@ -24,7 +24,7 @@ def test_hard_scene_rgb_matches_dense_reference(rasterizer):
     vms, Ks = cameras(w, h, n=3)
     bgs = np.array([[0.1, 0.2, 0.3], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0]])
     img, alpha, meta = rasterization(scene["means"], scene["quats"], scene["scales"], scene["opacities"], scene["colors"],
-                                     vms, Ks, w, h, backgrounds=bgs, rasterizer=rasterizer, capacity=1 << 10)
+                                     vms, Ks, w, h, backgrounds=bgs, rasterizer=rasterizer, isect_capacity=1 << 10)
     assert img.shape == (3, h, w, 3) and alpha.shape == (3, h, w, 1)
     assert not bool(np.any(meta["overflow"]))  # eager call grew the tiny buffer
     for c in range(3):
@@ -158,10 +158,11 @@ def test_rasterizers_agree_and_tiling_changes_nothing():
     base = rasterization(*args, sh_degree=3, rasterizer="flat")[0]
     # the automatic group count (on a CPU) walks 15 tiles in one loop, the 54 tiles of 8 pixels in three
     assert (auto_groups(15), auto_groups(54), auto_groups(10**5)) == (1, 3, MAX_GROUPS)
-    for kw in (dict(rasterizer="standard"), dict(rasterizer="flat", tile_size=8, chunk=5),
-               dict(rasterizer="standard", tile_size=32, tile_batch=3), dict(rasterizer="flat", chunk=1),
-               dict(rasterizer="flat", groups=1), dict(rasterizer="flat", groups=7, chunk=3),
-               dict(rasterizer="flat", groups=4, chunk=3),  # 15 tiles in 4 groups of 4: the last padded
+    for kw in (dict(rasterizer="standard"), dict(rasterizer="flat", tile_size=8, options=Options(chunk=5)),
+               dict(rasterizer="standard", tile_size=32, options=Options(tile_batch=3)),
+               dict(rasterizer="flat", options=Options(chunk=1)), dict(rasterizer="flat", options=Options(groups=1)),
+               dict(rasterizer="flat", options=Options(groups=7, chunk=3)),
+               dict(rasterizer="flat", options=Options(groups=4, chunk=3)),  # 15 tiles in 4 groups of 4: the last padded
                dict(rasterizer="pallas", tile_size=8), dict(rasterizer="pallas", tile_size=12)):  # 144 pixels padded to 256
         other = rasterization(*args, sh_degree=3, **kw)[0]
         np.testing.assert_allclose(np.asarray(other), np.asarray(base), atol=2e-5, err_msg=str(kw))
@@ -178,8 +179,8 @@ def test_padded_tile_groups_give_the_same_gradients():
 
     def grads(groups):
         def loss(p):
-            img = rasterization(*[p[k] for k in names], vms, Ks, w, h, sh_degree=3, rasterizer="flat", groups=groups,
-                                chunk=3, capacity=1 << 12)[0]
+            img = rasterization(*[p[k] for k in names], vms, Ks, w, h, sh_degree=3, rasterizer="flat",
+                                options=Options(chunk=3, groups=groups), isect_capacity=1 << 12)[0]
             return jnp.sum((img - target) ** 2)
 
         return jax.jit(jax.grad(loss))({k: jnp.asarray(scene[k], jnp.float32) for k in names})
@@ -198,11 +199,11 @@ def test_overflow_flag_under_jit_and_growth_when_eager():
 
     @jax.jit
     def small(*a):
-        return rasterization(*a, w, h, capacity=64)
+        return rasterization(*a, w, h, isect_capacity=64)
 
     _, _, meta = small(*args)
     assert bool(meta["overflow"][0]) and int(meta["num_intersections"][0]) > 64
-    img, _, meta2 = rasterization(*args, w, h, capacity=64)
+    img, _, meta2 = rasterization(*args, w, h, isect_capacity=64)
     assert not bool(meta2["overflow"][0])
     ref_img, _ = reference.render(*args[:5], vms[0], Ks[0], w, h)
     np.testing.assert_allclose(np.asarray(img[0]), ref_img, atol=1e-4)

@@ -41,7 +41,7 @@ def test_dealt_tiles_render_and_differentiate_as_one_device(rasterizer):
 
     def run(devices):
         def loss(*a):
-            img, alpha, meta = rasterization(*a, vms, Ks, w, h, rasterizer=rasterizer, capacity=1 << 12,
+            img, alpha, meta = rasterization(*a, vms, Ks, w, h, rasterizer=rasterizer, isect_capacity=1 << 12,
                                              render_mode="RGB+ED", tile_devices=devices)
             return jnp.mean((img[..., :3] - target) ** 2) + jnp.mean(alpha * img[..., 3:]), (img, alpha, meta)
 
@@ -50,7 +50,7 @@ def test_dealt_tiles_render_and_differentiate_as_one_device(rasterizer):
         return np.asarray(img), np.asarray(alpha), [np.asarray(g) for g in grads]
 
     def render(devices):
-        img, alpha, _ = jax.jit(lambda *a: rasterization(*a, vms, Ks, w, h, rasterizer=rasterizer, capacity=1 << 12,
+        img, alpha, _ = jax.jit(lambda *a: rasterization(*a, vms, Ks, w, h, rasterizer=rasterizer, isect_capacity=1 << 12,
                                                          render_mode="RGB+ED", tile_devices=devices))(*args)
         return np.asarray(img), np.asarray(alpha)
 

@@ -53,14 +53,22 @@ def get_rasterizer(name: str) -> Rasterizer:
         raise ValueError(f"rasterizer must be one of {sorted(RASTERIZERS) + [AUTO]}, got {name!r}") from None
 
 
+class RasterizerOptions(NamedTuple):
+    """Options of the rasterizers, each read by one (as gsplat's renderer settings); the defaults
+    suit every device."""
+
+    chunk: int = 32  # flat: Gaussians gathered per tile at once
+    groups: int = 0  # flat: tiles sorted by workload and cut into this many groups, walked one after
+    # another (0: automatic, `rasterize_flat.auto_groups`: on a CPU about 16 tiles each, at most 16; 1 elsewhere)
+    tile_batch: int = 0  # standard: tiles vmapped together (0: all)
+
+
 class CompositeConfig(NamedTuple):
     """Static settings of one compositing call (hashable: part of the jit cache key)."""
 
     grid: TileGrid
     rasterizer: str  # a key of RASTERIZERS
-    chunk: int  # flat: Gaussians gathered per tile per chunk
-    groups: int  # flat: tiles sorted by workload and cut into this many groups, walked one after another (0: automatic)
-    tile_batch: int  # standard: tiles vmapped together (0: all)
+    options: RasterizerOptions
     absgrad: bool  # the means2d probe receives sum |dL/dmeans2d| instead of dL/dmeans2d
     devices: int = 1  # the tiles are dealt over this host's first `devices` devices (`tile_parallel`)
 

@@ -1,19 +1,20 @@
 """`rasterization`: the one public rendering entry point, shaped like gsplat's.
 
 projection -> colours (SH) -> binning -> compositing (custom_vjp), cameras one after another
-(`lax.map`).
+(`lax.map`). Everything static about a call is one `RenderConfig`, checked once when it is made;
+the module keeps no state between calls (the intersection buffer is the caller's to keep).
 """
 from __future__ import annotations
 
 from functools import partial
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .binning import bin_gaussians, next_capacity, tile_rect
-from .composite import CompositeConfig, composite, resolve_rasterizer
+from .composite import CompositeConfig, RasterizerOptions, composite, resolve_rasterizer
 from .projection import RASTERIZE_MODES, project_gaussians
 from .sh import sh_to_color
 from ..devices import tile_copies
@@ -22,17 +23,43 @@ from .tiles import TileGrid
 
 RENDER_MODES = ("RGB", "D", "ED", "RGB+D", "RGB+ED")
 
-_capacity_hints: dict = {}  # (N, C, W, H, tile) -> last capacity that was large enough
 
 
-def default_capacity(num_gaussians: int, num_cameras: int = 1, width: int = 0, height: int = 0, tile_size: int = 16) -> int:
-    """Intersection buffer to try first: the last one that was large enough for these shapes, or
-    a bucket of 4 intersections per Gaussian."""
-    key = (num_gaussians, num_cameras, width, height, tile_size)
-    return _capacity_hints.get(key, next_capacity(4 * num_gaussians))
+class RenderConfig(NamedTuple):
+    """Everything static about one `rasterization` call (hashable: the jit cache key), checked
+    once by `render_config`."""
+
+    composite: CompositeConfig  # the image's tile grid, the rasterizer and its options
+    render_mode: str  # RENDER_MODES
+    rasterize_mode: str  # projection.RASTERIZE_MODES
+    near_plane: float
+    eps2d: float
+    use_sh: bool  # colours are SH coefficients
+    isect_capacity: int  # the intersection buffer's size
 
 
-def _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degree, backgrounds, render_mode):
+def render_config(width: int, height: int, *, tile_size: int = 16, render_mode: str = "RGB",
+                  rasterize_mode: str = "classic", rasterizer: str = "auto", options: Optional[RasterizerOptions] = None,
+                  absgrad: bool = False, tile_devices: int = 1, near_plane: float = 0.01, eps2d: float = 0.3,
+                  use_sh: bool = False, isect_capacity: int = 1) -> RenderConfig:
+    """A `RenderConfig` from `rasterization`'s static arguments; ValueError naming a bad one."""
+    if render_mode not in RENDER_MODES:
+        raise ValueError(f"render_mode must be one of {RENDER_MODES}, got {render_mode!r}")
+    if rasterize_mode not in RASTERIZE_MODES:
+        raise ValueError(f"rasterize_mode must be one of {RASTERIZE_MODES}, got {rasterize_mode!r}")
+    width, height = int(width), int(height)
+    if width <= 0 or height <= 0:
+        raise ValueError(f"width and height must be positive, got {width}x{height}")
+    o = options if options is not None else RasterizerOptions()
+    o = RasterizerOptions(int(o.chunk), int(o.groups or 0), int(o.tile_batch))
+    if o.chunk < 1 or o.groups < 0 or o.tile_batch < 0:
+        raise ValueError(f"rasterizer options must be chunk >= 1, groups >= 0, tile_batch >= 0, got {o}")
+    grid = TileGrid(width, height, int(tile_size))
+    return RenderConfig(CompositeConfig(grid, resolve_rasterizer(rasterizer), o, bool(absgrad), int(tile_devices)),
+                        render_mode, rasterize_mode, float(near_plane), float(eps2d), bool(use_sh), int(isect_capacity))
+
+
+def _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degree, backgrounds):
     n = means.shape[0] if means.ndim == 2 else -1
     if means.ndim != 2 or means.shape[1] != 3:
         raise ValueError(f"means must be [N,3], got {means.shape}")
@@ -49,19 +76,15 @@ def _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degr
             raise ValueError(f"colors must be [N,D] or [C,N,D] without sh_degree, got {colors.shape}")
     elif colors.ndim != 3 or colors.shape[0] != n or colors.shape[2] != 3 or colors.shape[1] not in (1, 4, 9, 16):
         raise ValueError(f"with sh_degree, colors must be SH coefficients [N,K,3], K in 1,4,9,16; got {colors.shape}")
-    if render_mode not in RENDER_MODES:
-        raise ValueError(f"render_mode must be one of {RENDER_MODES}, got {render_mode!r}")
     if backgrounds is not None and (backgrounds.ndim != 2 or backgrounds.shape[0] != c):
         raise ValueError(f"backgrounds must be [C,D], got {backgrounds.shape}")
 
 
-def _render_one(cfg: CompositeConfig, capacity: int, render_mode: str, near_plane: float, eps2d: float,
-                rasterize_mode: str, use_sh: bool, means, quats, scales, opacities, colors, viewmat, K, background, probe,
-                sh_degree):
-    grid = cfg.grid
-    proj = project_gaussians(means, quats, scales, opacities, viewmat, K, grid.width, grid.height, near_plane, eps2d,
-                             rasterize_mode)
-    if use_sh:
+def _render_one(rc: RenderConfig, means, quats, scales, opacities, colors, viewmat, K, background, probe, sh_degree):
+    cfg, grid, render_mode = rc.composite, rc.composite.grid, rc.render_mode
+    proj = project_gaussians(means, quats, scales, opacities, viewmat, K, grid.width, grid.height, rc.near_plane,
+                             rc.eps2d, rc.rasterize_mode)
+    if rc.use_sh:
         campos = -viewmat[:3, :3].T @ viewmat[:3, 3]
         colors = sh_to_color(colors, means - campos, active_degree=sh_degree)
     # the binning and every tile need all Gaussians (a training step splits them over the tile devices).
@@ -80,7 +103,7 @@ def _render_one(cfg: CompositeConfig, capacity: int, render_mode: str, near_plan
     # binning is discrete: keep autodiff out of it (no tangents through the sort). Its outputs are
     # pinned whole too: else XLA's partitioner split its cumulative sum after the per-Gaussian
     # statistics that read them (800 ms a step at 200k Gaussians)
-    bins = gathered(bin_gaussians(jax.lax.stop_gradient(proj), grid, capacity), cfg.devices)
+    bins = gathered(bin_gaussians(jax.lax.stop_gradient(proj), grid, rc.isect_capacity), cfg.devices)
     geom = jnp.concatenate([proj.means2d, proj.quad, proj.opacities[:, None]], -1)  # blend.GEOM_ROWS
     image, alpha = composite(cfg, geom, feats, bg, probe, bins.lists)
     if render_mode.endswith("ED"):
@@ -98,14 +121,13 @@ def _render_one(cfg: CompositeConfig, capacity: int, render_mode: str, near_plan
     return image, alpha[..., None], meta
 
 
-@partial(jax.jit, static_argnums=(0, 1, 2, 3, 4, 5, 6))
-def _rasterize_jit(cfg, capacity, render_mode, near_plane, eps2d, rasterize_mode, use_sh,
-                   means, quats, scales, opacities, colors, viewmats, Ks, backgrounds, probe, sh_degree):
+@partial(jax.jit, static_argnums=(0,))
+def _rasterize_jit(rc: RenderConfig, means, quats, scales, opacities, colors, viewmats, Ks, backgrounds, probe,
+                   sh_degree):
     """Cameras one after another (`lax.map`), not vmapped: a vmapped while loop would run every
     camera to the longest one and select over whole carries at each step."""
-    per_camera_colors = not use_sh and colors.ndim == 3
-    fn = partial(_render_one, cfg, capacity, render_mode, near_plane, eps2d, rasterize_mode, use_sh, means, quats,
-                 scales, opacities)
+    per_camera_colors = not rc.use_sh and colors.ndim == 3
+    fn = partial(_render_one, rc, means, quats, scales, opacities)
 
     def one(xs):
         col, vm, K, bg, pr = xs
@@ -164,12 +186,10 @@ def rasterization(
     rasterize_mode: str = "classic",
     rasterizer: str = "auto",
     tile_size: int = 16,
-    capacity: Optional[int] = None,
+    isect_capacity: Optional[int] = None,
     means2d_probe=None,
     absgrad: bool = False,
-    chunk: int = 32,
-    groups: Optional[int] = None,
-    tile_batch: int = 0,
+    options: Optional[RasterizerOptions] = None,
     tile_devices: int = 1,
 ):
     """Render C cameras, as gsplat's `rasterization`.
@@ -193,16 +213,15 @@ def rasterization(
       rasterizer: "flat", "standard" or "pallas" (`composite.RASTERIZERS`), or "auto": "pallas"
         when the program is built for a GPU, "flat" elsewhere (`composite.resolve_rasterizer`).
       tile_size: tile edge in pixels.
-      capacity: intersection buffer size. Called eagerly, a buffer that turns out too small is
-        grown (power-of-two buckets) and the frame rendered again. Under `jit`/`grad` tracing the
-        size cannot be checked: `meta["overflow"]` is returned and must be checked by the caller.
+      isect_capacity: the intersection buffer's size ((Gaussian, tile) pairs). Called eagerly:
+        by default what `count_intersections` says the cameras need (bucketed), and a buffer
+        given too small is grown and the frame rendered again. Under `jit`/`grad` tracing the size
+        cannot be checked (default: 4 per Gaussian, bucketed): `meta["overflow"]` is returned and
+        must be checked by the caller, who keeps the size that was enough (as the `Trainer` does).
       means2d_probe: [C, N, 2] zeros; its gradient is dL/dmeans2d in pixels (or, with `absgrad`,
         the sum over pixels of |dL/dmeans2d|, gsplat's absgrad), the statistic densification uses.
-      chunk: (flat) Gaussians gathered per tile at once.
-      groups: (flat) tiles sorted by workload and cut into this many groups, each walked to its
-        own longest list (default `rasterize_flat.auto_groups`: on a CPU about 16 tiles each, at most 16
-        groups; 1 elsewhere).
-      tile_batch: (standard) tiles vmapped together (0: all).
+      options: the rasterizers' own options (`composite.RasterizerOptions`: the flat one's chunk
+        and groups, the standard one's tile batch); the defaults suit every device.
       tile_devices: each camera's tiles are dealt over this host's first `tile_devices` devices,
         which render them side by side (`tile_parallel`; 1: one device).
 
@@ -216,33 +235,32 @@ def rasterization(
     )
     if backgrounds is not None:
         backgrounds = jnp.asarray(backgrounds, jnp.float32)
-    _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degree, backgrounds, render_mode)
-    if rasterize_mode not in RASTERIZE_MODES:
-        raise ValueError(f"rasterize_mode must be one of {RASTERIZE_MODES}, got {rasterize_mode!r}")
-    width, height = int(width), int(height)
-    if width <= 0 or height <= 0:
-        raise ValueError(f"width and height must be positive, got {width}x{height}")
+    _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degree, backgrounds)
     n, c = means.shape[0], viewmats.shape[0]
     use_sh = sh_degree is not None
+    rc = render_config(width, height, tile_size=tile_size, render_mode=render_mode, rasterize_mode=rasterize_mode,
+                       rasterizer=rasterizer, options=options, absgrad=absgrad, tile_devices=tile_devices,
+                       near_plane=near_plane, eps2d=eps2d, use_sh=use_sh)
     degree = jnp.asarray(sh_degree if use_sh else 0, jnp.int32)
     inputs = (means, quats, scales, opacities, colors, viewmats, Ks, backgrounds, means2d_probe, degree)
     traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(inputs))
     if means2d_probe is None:  # zeros; made on the host when eager (no program compiled for them)
         means2d_probe = (jnp if traced else np).zeros((c, n, 2), np.float32)
-    cfg = CompositeConfig(TileGrid(width, height, int(tile_size)), resolve_rasterizer(rasterizer), int(chunk), int(groups or 0),
-                          int(tile_batch), bool(absgrad), int(tile_devices))  # groups 0: automatic
     arrays = (*inputs[:-2], means2d_probe, degree)  # the probe, made above when none was given
-    if not traced:  # called eagerly: the inputs go where the dealt program runs (a trainer's state is on one device)
-        arrays = tile_copies(arrays, cfg.devices)
-    key = (n, c, width, height, int(tile_size))
-    cap = int(capacity) if capacity is not None else default_capacity(*key)
+    if traced:
+        cap = int(isect_capacity) if isect_capacity is not None else next_capacity(4 * n)
+        return _rasterize_jit(rc._replace(isect_capacity=cap), *arrays)
+    if isect_capacity is None:  # what these cameras need
+        counts = count_intersections(means, quats, scales, opacities, viewmats, Ks, rc.composite.grid.width,
+                                     rc.composite.grid.height, near_plane=near_plane, eps2d=eps2d,
+                                     rasterize_mode=rasterize_mode, tile_size=tile_size)
+        isect_capacity = next_capacity(max(int(counts.max()), 1))
+    # called eagerly: the inputs go where the dealt program runs (a trainer's state is on one device)
+    arrays = tile_copies(arrays, rc.composite.devices)
+    cap = int(isect_capacity)
     while True:
-        out = _rasterize_jit(cfg, cap, render_mode, float(near_plane), float(eps2d), rasterize_mode, use_sh, *arrays)
-        if traced:
-            return out
+        out = _rasterize_jit(rc._replace(isect_capacity=cap), *arrays)
         needed = int(np.max(np.asarray(out[2]["num_intersections"])))
         if needed <= cap:
-            if capacity is None:
-                _capacity_hints[key] = cap
             return out
         cap = next_capacity(needed)

@@ -95,7 +95,7 @@ def flat_forward(cfg, geom, feats, ids, tiles: Tiles) -> BlendState:
     """Front-to-back blend of every tile's list.
 
     Args:
-      cfg: `CompositeConfig` (chunk, groups).
+      cfg: `CompositeConfig` (its options' chunk and groups).
       geom: [GEOM, N] packed screen parameters; feats: [ch, N].
       ids: [M] the binning's sorted Gaussian ids.
       tiles: the tiles to render (`Tiles`, T of them).
@@ -108,12 +108,12 @@ def flat_forward(cfg, geom, feats, ids, tiles: Tiles) -> BlendState:
     """
     length = tiles.end - tiles.start
     t = length.shape[0]
-    order, size = _grouping(cfg.groups, length)
+    order, size = _grouping(cfg.options.groups, length)
     per_tile = [_grouped(a, order, size) for a in (tiles.start, length, tiles.px.x, tiles.px.y, tiles.inside)]
 
     def group(args):
         start, length, x, y, inside = args
-        return _forward_tiles(cfg.chunk, geom, feats, ids, start, length, Pixels(x, y), inside)
+        return _forward_tiles(cfg.options.chunk, geom, feats, ids, start, length, Pixels(x, y), inside)
 
     state = jax.lax.map(group, per_tile)  # [groups, ..., size, S*S]
     inverse = None if order is None else jnp.argsort(order)  # once for every field of the state
@@ -159,14 +159,14 @@ def flat_backward(cfg, geom, feats, ids, tiles: Tiles, cot: PixelCotangents, beh
     the per-Gaussian sums carried from group to group.
     """
     ch, n = feats.shape
-    order, size = _grouping(cfg.groups, jnp.max(cot.last, axis=1))
+    order, size = _grouping(cfg.options.groups, jnp.max(cot.last, axis=1))
     per_tile = [_grouped(a, order, size) for a in (tiles.start, tiles.end - tiles.start, tiles.px.x, tiles.px.y,
                                                    cot.last, cot.T_final, cot.dA)]
     per_ch = [_grouped(a, order, size, axis=1) for a in (behind0, cot.dC)]
 
     def group(acc, args):
         (s, length, x, y, last, T_final, dA), (b0, dC) = args
-        return _backward_tiles(cfg.chunk, acc, geom, feats, ids, s, length, Pixels(x, y),
+        return _backward_tiles(cfg.options.chunk, acc, geom, feats, ids, s, length, Pixels(x, y),
                                PixelCotangents(last, T_final, dC, dA), b0), None
 
     acc, _ = jax.lax.scan(group, gradient_rows(n, ch), (per_tile, per_ch))

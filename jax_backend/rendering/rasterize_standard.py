@@ -24,12 +24,13 @@ _tile_back = jax.vmap(_pixel_back, in_axes=(-2, -2, Splat(-1, -1, None, 0), -2),
 
 
 def _group_size(cfg, num_tiles: int) -> int:
-    return num_tiles if cfg.tile_batch <= 0 else min(cfg.tile_batch, num_tiles)
+    batch = cfg.options.tile_batch
+    return num_tiles if batch <= 0 else min(batch, num_tiles)
 
 
 def standard_forward(cfg, geom, feats, ids, tiles: Tiles) -> BlendState:
     """Front-to-back blend, one tile's list per vmapped lane. Arguments and result as
-    `rasterize_flat.flat_forward` (cfg.tile_batch: tiles vmapped together)."""
+    `rasterize_flat.flat_forward` (cfg.options.tile_batch: tiles vmapped together)."""
     ch = feats.shape[0]
 
     def tile(args):

@@ -12,53 +12,51 @@ total-variation penalty weighted 10.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple, Tuple
 
 import jax
 import jax.numpy as jnp
-import optax
 
-from .optim import warmup_exponential_decay
+from .corrections import Correction
+from .optim import GroupConfig
 
 _IDENTITY = jnp.array([1.0, 0, 0, 0, 0, 1.0, 0, 0, 0, 0, 1.0, 0])
 _GRAY = jnp.array([0.299, 0.587, 0.114])
 
 
 @dataclass(frozen=True)
-class BilateralGridConfig:
+class BilateralGridConfig(Correction):
     """splatfacto's use_bilateral_grid / grid_shape and its `bilateral_grid` optimizer group."""
 
     enabled: bool = False
     shape: Tuple[int, int, int] = (16, 16, 8)  # (X: width cells, Y: height cells, W: luminance cells)
-    lr: float = 2e-3
-    lr_final: float = 1e-4
-    warmup_steps: int = 1000
-    lr_pre_warmup: float = 0.0
-    ramp: str = "cosine"
-    decay_steps: int = 0  # 0: the run's max_steps
-    eps: float = 1e-15
+    optimizer: GroupConfig = field(default_factory=lambda: GroupConfig(2e-3, 1e-4, warmup_steps=1000))
     tv_weight: float = 10.0
     centred: bool = True  # jax-gs: the grids' mean over the images is held at the identity (`centre_grids`)
+
+    def init_values(self, num_views: int):
+        """Identity grids for `num_views` training images."""
+        X, Y, L = self.shape
+        return jnp.broadcast_to(_IDENTITY[None, :, None, None, None], (num_views, 12, L, Y, X)).astype(jnp.float32)
+
+    def state(self, values, opt_state):
+        return GridState(values, opt_state)
+
+    def renders(self, values, views, renders):
+        """Each training render through its own image's grid."""
+        return renders.at[..., :3].set(apply_grids(values[views], renders[..., :3]))
+
+    def penalty(self, values):
+        return self.tv_weight * total_variation(values)
+
+    def after_update(self, values):
+        return centre_grids(values) if self.centred else values
 
 
 class GridState(NamedTuple):
     grids: jnp.ndarray  # [V, 12, L, H, W]
     opt_state: object
-
-
-def grid_optimizer(cfg: BilateralGridConfig, max_steps: int) -> optax.GradientTransformation:
-    return optax.adam(warmup_exponential_decay(cfg.lr, cfg.lr_final, cfg.warmup_steps, cfg.decay_steps or max_steps,
-                                               cfg.lr_pre_warmup, cfg.ramp), eps=cfg.eps)
-
-
-def init_grids(cfg: BilateralGridConfig, num_views: int, max_steps: int):
-    """Identity grids for `num_views` training images (None when the grid is off)."""
-    if not cfg.enabled:
-        return None
-    X, Y, L = cfg.shape
-    grids = jnp.broadcast_to(_IDENTITY[None, :, None, None, None], (num_views, 12, L, Y, X)).astype(jnp.float32)
-    return GridState(grids, grid_optimizer(cfg, max_steps).init(grids))
 
 
 def centre_grids(grids):

@@ -10,29 +10,23 @@ training renders use the corrections; held-out views keep their own poses.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import jax.numpy as jnp
-import optax
 
-from .optim import warmup_exponential_decay
+from .corrections import Correction
+from .optim import GroupConfig
 
 CAMERA_OPT_MODES = ("off", "SO3xR3", "SE3")
 
 
 @dataclass(frozen=True)
-class CameraOptConfig:
+class CameraOptConfig(Correction):
     """nerfstudio's CameraOptimizerConfig and splatfacto's `camera_opt` optimizer group."""
 
     mode: str = "off"
-    lr: float = 1e-4
-    lr_final: float = 5e-7
-    warmup_steps: int = 1000  # warm-up from lr_pre_warmup to lr, along `ramp`
-    lr_pre_warmup: float = 0.0
-    ramp: str = "cosine"  # or "linear" (nerfstudio's ExponentialDecayScheduler)
-    decay_steps: int = 0  # the exponential decay ends at this step (0: the run's max_steps)
-    eps: float = 1e-15
+    optimizer: GroupConfig = field(default_factory=lambda: GroupConfig(1e-4, 5e-7, warmup_steps=1000))
     trans_l2_penalty: float = 1e-2
     rot_l2_penalty: float = 1e-3
 
@@ -44,31 +38,24 @@ class CameraOptConfig:
     def enabled(self) -> bool:
         return self.mode != "off"
 
+    def init_values(self, num_views: int):
+        return jnp.zeros((num_views, 6), jnp.float32)
+
+    def state(self, values, opt_state):
+        return CameraState(values, opt_state)
+
+    def viewmats(self, values, views, viewmats):
+        return corrected_viewmats(viewmats, values[views], self.mode)
+
+    def penalty(self, values):
+        return camera_penalty(self, values)
+
 
 class CameraState(NamedTuple):
     """The per-view corrections [V, 6] and their Adam state."""
 
     deltas: jnp.ndarray
     opt_state: object
-
-
-def camera_lr(cfg: CameraOptConfig, max_steps: int):
-    """nerfstudio's ExponentialDecayScheduler: a cosine (or linear) warm-up from `lr_pre_warmup` to
-    `lr`, then exponential decay to `lr_final` at `decay_steps` (or `max_steps`)."""
-    return warmup_exponential_decay(cfg.lr, cfg.lr_final, cfg.warmup_steps, cfg.decay_steps or max_steps,
-                                    cfg.lr_pre_warmup, cfg.ramp)
-
-
-def camera_optimizer(cfg: CameraOptConfig, max_steps: int) -> optax.GradientTransformation:
-    return optax.adam(camera_lr(cfg, max_steps), eps=cfg.eps)
-
-
-def init_cameras(cfg: CameraOptConfig, num_views: int, max_steps: int):
-    """Zero corrections for `num_views` views (None when the optimiser is off)."""
-    if not cfg.enabled:
-        return None
-    deltas = jnp.zeros((num_views, 6), jnp.float32)
-    return CameraState(deltas, camera_optimizer(cfg, max_steps).init(deltas))
 
 
 def _skew(w):

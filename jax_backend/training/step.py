@@ -14,11 +14,12 @@ from .. import array_ops
 from ..rendering import rasterization
 from .data import Dataset, ViewPlan, downscale_views
 from .gaussians import Gaussians, activated
-from .bilateral import (BilateralGridConfig, GridState, apply_grids, centre_grids, grid_optimizer, init_grids,
-                        total_variation)
-from .cameras import CameraOptConfig, CameraState, camera_optimizer, camera_penalty, corrected_viewmats, init_cameras
+from .bilateral import BilateralGridConfig
+from .cameras import CameraOptConfig
+from .corrections import (corrected_renders, corrected_viewmats, init_corrections, penalties, updated_corrections,
+                          values_of)
 from .loss import photometric_loss, psnr, scale_regularization
-from .optim import OptimConfig
+from .optim import OptimConfig, Optimizers
 from .schedule import sh_degree_at
 from .state import TrainState, on_tile_devices
 from .strategy import DefaultStrategy, RefineInfo, Strategy
@@ -58,6 +59,11 @@ class TrainConfig:
             return max(self.resolution_schedule, 1)
         return max(min(self.resolution_schedule, self.max_steps // (2 * self.num_downscales)), 1)
 
+    @property
+    def corrections(self) -> dict:
+        """The enabled per-view corrections (`corrections.py`), keyed by their `TrainState` field."""
+        return {name: c for name, c in (("cameras", self.camera_opt), ("bilateral", self.bilateral)) if c.enabled}
+
     def downscale_at(self, step: int) -> int:
         """Training images are downscaled by this factor from `step` on (coarse to fine)."""
         return 2 ** max(self.num_downscales - step // self.steps_per_level, 0)
@@ -80,97 +86,87 @@ def background_color(kind, key):
     raise ValueError(f"background must be one of {BACKGROUNDS} or an (r, g, b) tuple, got {kind!r}")
 
 
-def train_step(cfg: TrainConfig, tx, means_lr, isect_capacity: int, downscale: int, plan: ViewPlan, data: Dataset,
+def step_targets(images, backgrounds):
+    """The images a step's renders are compared with [B, H, W, 3]: RGBA images composited on the
+    step's backgrounds [B, 3]."""
+    if images.shape[-1] == 3:
+        return images
+    return images[..., :3] * images[..., 3:] + backgrounds[:, None, None, :] * (1.0 - images[..., 3:])
+
+
+def regularization(cfg: TrainConfig, params, alive, step):
+    """The loss terms on the Gaussians themselves: the strategy's, and splatfacto's scale
+    regularisation every 10th step when max_gauss_ratio > 0."""
+    reg = cfg.strategy.regularizer(params, alive)
+    if cfg.max_gauss_ratio > 0:
+        reg = reg + jnp.where(step % 10 == 0, scale_regularization(params["scales"], alive, cfg.max_gauss_ratio), 0.0)
+    return reg
+
+
+def replica_mean(tree, axis_name):
+    """The mean of `tree` over the replicas on the pmap axis (itself with no axis)."""
+    return tree if axis_name is None else jax.lax.pmean(tree, axis_name)
+
+
+def step_stats(strategy: Strategy, step, means2d_grads, radii, width: int, height: int) -> dict:
+    """The strategy's statistics of one step's views (means2d_grads [B, capacity, 2], radii
+    [B, capacity]), each view counted as if it were its own step (the mean over B views scaled
+    each view's means2d gradient by 1/B)."""
+    B = means2d_grads.shape[0]
+    delta = strategy.init_stats(means2d_grads.shape[1])
+    for c in range(B):
+        delta = strategy.accumulate(delta, step, means2d_grads[c] * B, radii[c], width, height)
+    return delta
+
+
+def updated_gaussians(tx, grads, opt_state, g: Gaussians):
+    """(Gaussians, optimizer state) after one step of the Gaussians' groups; dead slots unchanged."""
+    updates, opt_state = tx.update(grads, opt_state, g.params)
+    updates = jax.tree_util.tree_map(lambda u: jnp.where(g.alive.reshape((-1,) + (1,) * (u.ndim - 1)), u, 0.0), updates)
+    return Gaussians(optax.apply_updates(g.params, updates), g.alive), opt_state
+
+
+def train_step(cfg: TrainConfig, opt: Optimizers, isect_capacity: int, downscale: int, plan: ViewPlan, data: Dataset,
                state: TrainState, _):
-    """One optimisation step on this replica's views.
+    """One optimisation step on this replica's views: the loss of the renders (through the per-view
+    corrections) against the images, its gradients, one update of every optimizer group, the
+    strategy's statistics. With `plan.axis_name` the gradients are the mean over every replica's
+    views (`lax.pmean`) and the statistics summed, so every replica takes the same update.
 
-    With `plan.axis_name`, the gradient is the mean over every replica's views (`lax.pmean`) and
-    density statistics are summed (`lax.psum`), so every replica applies the same update and
-    takes the same density decisions.
-
-    Args:
-      cfg: the run's settings; tx: the optimizer; means_lr: the means' learning-rate schedule
-        (for the MCMC noise); isect_capacity: static intersection buffer size; downscale: the
-        training images' static downscale factor (coarse to fine).
-      plan: which views each step draws; data: the dataset on the device.
-      state: the state before the step.
-
-    Returns:
-      (state after the step, metrics: loss, psnr, view, num_intersections, overflow, each
-      [views_per_replica]).
-    """
-    axis = plan.axis_name
+    `isect_capacity` and `downscale` (the training images' coarse-to-fine factor) are static.
+    Returns (state after the step, metrics: loss, psnr, view, num_intersections, overflow, each
+    [views_per_replica])."""
     key, k_bg, k_noise = jax.random.split(state.key, 3)
-    views = plan.views(state.step)
-    B = plan.views_per_replica
+    views, g, strategy, fixes = plan.views(state.step), state.gaussians, cfg.strategy, cfg.corrections
     images, masks, Ks, width, height = downscale_views(data, views, downscale)
     bgs = jax.vmap(lambda lane: background_color(cfg.background, jax.random.fold_in(k_bg, lane)))(plan.replica_lanes())
-    targets = images[..., :3]
-    if images.shape[-1] == 4:  # composite RGBA targets on this step's background
-        targets = targets * images[..., 3:] + bgs[:, None, None, :] * (1.0 - images[..., 3:])
-    sh_active = sh_degree_at(state.step, cfg.sh_degree_interval, cfg.sh_degree)
-    g = state.gaussians
-    strategy = cfg.strategy
+    targets = step_targets(images, bgs)
 
-    cam, bil = cfg.camera_opt, cfg.bilateral
-
-    def loss_fn(params, probe, deltas, grids):
-        means, quats, scales, opacities, sh = activated(params, g.alive)
-        viewmats = data.viewmats[views]
-        if cam.enabled:
-            viewmats = corrected_viewmats(viewmats, deltas[views], cam.mode)
+    def loss_fn(params, probe, learned):
+        viewmats = corrected_viewmats(fixes, learned, views, data.viewmats[views])
         renders, _, meta = rasterization(
-            means, quats, scales, opacities, sh, viewmats, Ks, width, height,
-            sh_degree=sh_active, backgrounds=bgs, rasterizer=cfg.rasterizer, rasterize_mode=cfg.rasterize_mode,
-            capacity=isect_capacity, means2d_probe=probe, absgrad=strategy.absgrad, tile_devices=cfg.tile_devices)
-        if bil.enabled:  # training renders only: each view through its own image's grid
-            renders = renders.at[..., :3].set(apply_grids(grids[views], renders[..., :3]))
+            *activated(params, g.alive), viewmats, Ks, width, height, backgrounds=bgs,
+            sh_degree=sh_degree_at(state.step, cfg.sh_degree_interval, cfg.sh_degree), rasterizer=cfg.rasterizer,
+            rasterize_mode=cfg.rasterize_mode, isect_capacity=isect_capacity, means2d_probe=probe, absgrad=strategy.absgrad,
+            tile_devices=cfg.tile_devices)
+        renders = corrected_renders(fixes, learned, views, renders)
         per_view = jax.vmap(photometric_loss, in_axes=(0, 0, 0, None))(renders, targets, masks, cfg.ssim_lambda)
-        loss = jnp.mean(per_view) + strategy.regularizer(params, g.alive)
-        if cfg.max_gauss_ratio > 0:  # splatfacto applies it every 10th step
-            reg = scale_regularization(params["scales"], g.alive, cfg.max_gauss_ratio)
-            loss = loss + jnp.where(state.step % 10 == 0, reg, 0.0)
-        if cam.enabled:
-            loss = loss + camera_penalty(cam, deltas)
-        if bil.enabled:
-            loss = loss + bil.tv_weight * total_variation(grids)
+        loss = jnp.mean(per_view) + regularization(cfg, params, g.alive, state.step) + penalties(fixes, learned)
         return loss, (renders, per_view, meta)
 
-    probe = jnp.zeros((B, g.capacity, 2), jnp.float32)
-    deltas = state.cameras.deltas if cam.enabled else None
-    grids = state.bilateral.grids if bil.enabled else None
-    (_, (renders, per_view, meta)), (grads, probe_grad, cam_grads, grid_grads) = jax.value_and_grad(
-        loss_fn, argnums=(0, 1, 2, 3), has_aux=True)(g.params, probe, deltas, grids)
-    if axis is not None:
-        grads, cam_grads, grid_grads = jax.lax.pmean((grads, cam_grads, grid_grads), axis)
-    bilateral = state.bilateral
-    if bil.enabled:
-        grid_updates, grid_opt = grid_optimizer(bil, cfg.max_steps).update(grid_grads, bilateral.opt_state, grids)
-        new_grids = optax.apply_updates(grids, grid_updates)
-        bilateral = GridState(centre_grids(new_grids) if bil.centred else new_grids, grid_opt)
-    cameras = state.cameras
-    if cam.enabled:
-        cam_updates, cam_opt = camera_optimizer(cam, cfg.max_steps).update(cam_grads, cameras.opt_state, deltas)
-        cameras = CameraState(optax.apply_updates(deltas, cam_updates), cam_opt)
-    updates, opt_state = tx.update(grads, state.opt_state, g.params)
-    updates = jax.tree_util.tree_map(lambda u: jnp.where(g.alive.reshape((-1,) + (1,) * (u.ndim - 1)), u, 0.0), updates)
-    params = optax.apply_updates(g.params, updates)
-    # screen-space statistics per view, as if each view were its own step (the mean over B views
-    # scaled each view's means2d gradient by 1/B)
-    delta = strategy.init_stats(g.capacity)
-    for c in range(B):
-        delta = strategy.accumulate(delta, state.step, probe_grad[c] * B, meta["radii"][c], width, height)
-    stats = strategy.merge_stats(state.stats, delta, axis)
-    gaussians = strategy.post_step(k_noise, Gaussians(params, g.alive), state.step, means_lr(state.step))
-    metrics = {
-        "loss": per_view,
-        "psnr": jax.vmap(psnr)(renders, targets, masks),
-        "view": views,
-        "num_intersections": meta["num_intersections"],
-        "overflow": meta["overflow"],
-    }
-    new = TrainState(gaussians, opt_state, stats, state.step + 1, key, cameras, bilateral)
-    return on_tile_devices(tx, new, cfg.tile_devices), metrics
+    probe = jnp.zeros((plan.views_per_replica, g.capacity, 2), jnp.float32)
+    (_, (renders, per_view, meta)), (grads, probe_grad, learned_grads) = jax.value_and_grad(
+        loss_fn, argnums=(0, 1, 2), has_aux=True)(g.params, probe, values_of(fixes, state))
+    grads, learned_grads = replica_mean((grads, learned_grads), plan.axis_name)
+    gaussians, opt_state = updated_gaussians(opt.gaussians, grads, state.opt_state, g)
+    stats = strategy.merge_stats(state.stats, step_stats(strategy, state.step, probe_grad, meta["radii"], width, height),
+                                 plan.axis_name)
+    new = state._replace(gaussians=strategy.post_step(k_noise, gaussians, state.step, opt.means_lr(state.step)),
+                         opt_state=opt_state, stats=stats, step=state.step + 1, key=key,
+                         **updated_corrections(fixes, opt.corrections, learned_grads, state))
+    metrics = {"loss": per_view, "psnr": jax.vmap(psnr)(renders, targets, masks), "view": views,
+               "num_intersections": meta["num_intersections"], "overflow": meta["overflow"]}
+    return on_tile_devices(opt.gaussians, new, cfg.tile_devices), metrics
 
 
 def refine_state(cfg: TrainConfig, tx, scene_scale: float, state: TrainState, step_before):
@@ -180,14 +176,14 @@ def refine_state(cfg: TrainConfig, tx, scene_scale: float, state: TrainState, st
     return state._replace(key=key), info
 
 
-def train_block(cfg: TrainConfig, tx, means_lr, scene_scale: float, isect_capacity: int, downscale: int,
+def train_block(cfg: TrainConfig, opt: Optimizers, scene_scale: float, isect_capacity: int, downscale: int,
                 num_steps: int, plan: ViewPlan, data: Dataset, state: TrainState):
     """`num_steps` steps in one `lax.scan`, then density control. Per-step metrics come back as
     arrays [num_steps, views_per_replica]. Under pmap every replica holds the same state and
     statistics, so the density control below runs on each and agrees, with no host round trip."""
-    step_before = state.step
+    step_before, tx = state.step, opt.gaussians
     state = on_tile_devices(tx, state, cfg.tile_devices)  # per-Gaussian rows split over the tile devices
-    state, metrics = jax.lax.scan(partial(train_step, cfg, tx, means_lr, isect_capacity, downscale, plan, data),
+    state, metrics = jax.lax.scan(partial(train_step, cfg, opt, isect_capacity, downscale, plan, data),
                                   state, None, length=num_steps)
     # no run ends on a refinement: nothing is densified, pruned or reset after the last step
     # a select, not a cond (`array_ops.where_tree`: TPU layouts)
@@ -196,15 +192,14 @@ def train_block(cfg: TrainConfig, tx, means_lr, scene_scale: float, isect_capaci
     return on_tile_devices(tx, state, cfg.tile_devices), metrics, info
 
 
-def init_state(cfg: TrainConfig, tx, gaussians: Gaussians, num_views: int = 0) -> TrainState:
-    """The state before the first step: fresh optimizer state and statistics, step 0 (and zero
-    pose corrections for `num_views` training views when the camera optimiser is on)."""
+def init_state(cfg: TrainConfig, opt: Optimizers, gaussians: Gaussians, num_views: int = 0) -> TrainState:
+    """The state before the first step: fresh optimizer state and statistics, step 0, and the
+    enabled per-view corrections at their start for `num_views` training views."""
     return TrainState(
         gaussians=gaussians,
-        opt_state=tx.init(gaussians.params),
+        opt_state=opt.gaussians.init(gaussians.params),
         stats=cfg.strategy.init_stats(gaussians.capacity),
         step=jnp.int32(0),
         key=jax.random.PRNGKey(cfg.seed),
-        cameras=init_cameras(cfg.camera_opt, num_views, cfg.max_steps),
-        bilateral=init_grids(cfg.bilateral, num_views, cfg.max_steps),
+        **init_corrections(cfg.corrections, opt.corrections, num_views),
     )

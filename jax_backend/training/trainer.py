@@ -13,11 +13,11 @@ import numpy as np
 from ..errors import UserFacingError
 from ..rendering import count_intersections, next_capacity, next_pow2
 from .. import devices as dev
-from .cameras import corrected_viewmats
+from .corrections import corrected_viewmats, values_of
 from .data import Dataset, ViewPlan, downscaled_cameras
 from .gaussians import Gaussians, activated, render_gaussians
 from .loss import psnr
-from .optim import make_optimizer, means_schedule
+from .optim import make_optimizers
 from .schedule import sh_degree_at
 from ..files.checkpoint import read_checkpoint, save_checkpoint
 from .state import TrainState, capacity_of, from_named_arrays, grow_capacity, named_arrays, tile_shardings
@@ -86,12 +86,13 @@ class Trainer:
         # tile parallel: the dataset whole on each of the devices the tiles are dealt to
         self._device_data = (dev.stacked_copies(data, self.devices) if self.parallel
                              else dev.tile_copies(data, tile_devices))
-        self.tx = make_optimizer(cfg.optim, self.scene_scale, cfg.max_steps)
-        self.means_lr = means_schedule(cfg.optim, self.scene_scale, cfg.max_steps)
-        if (cfg.camera_opt.enabled or cfg.bilateral.enabled) and jax.process_count() > 1:
+        # every optimizer group: the Gaussians' and each enabled per-view correction's
+        self.opt = make_optimizers(cfg.optim, {name: c.optimizer for name, c in cfg.corrections.items()},
+                                   self.scene_scale, cfg.max_steps)
+        if cfg.corrections and jax.process_count() > 1:
             raise ValueError("camera pose optimisation and bilateral grids are not available with several processes "
                              "(each holds its own views): run them on one host")
-        self.state = init_state(cfg, self.tx, gaussians, data.num_views)
+        self.state = init_state(cfg, self.opt, gaussians, data.num_views)
         self.isect_capacity = int(isect_capacity) if isect_capacity is not None else self._capacity_ahead()
         self._sized_for = cfg.downscale_at(self.step)  # the resolution the buffer was sized for
         self._compiled: dict = {}
@@ -134,8 +135,8 @@ class Trainer:
             self._state = dev.stacked_copies(value, self.devices)
         elif self._tile_devices > 1:  # per-Gaussian rows split evenly over the tile devices
             n = self._tile_devices
-            value = grow_capacity(self.tx, value, -(-value.gaussians.capacity // n) * n)
-            self._state = jax.device_put(value, tile_shardings(self.tx, value, n))
+            value = grow_capacity(self.opt.gaussians, value, -(-value.gaussians.capacity // n) * n)
+            self._state = jax.device_put(value, tile_shardings(self.opt.gaussians, value, n))
         else:
             self._state = value
 
@@ -160,7 +161,7 @@ class Trainer:
         old = self.capacity
         if new_capacity <= old:
             return
-        self.state = grow_capacity(self.tx, self.state, new_capacity)
+        self.state = grow_capacity(self.opt.gaussians, self.state, new_capacity)
         self.log(f"[jax-gs] step {self.step}: Gaussian capacity grown {old} -> {new_capacity}")
 
     # -- compiled programs
@@ -179,8 +180,8 @@ class Trainer:
     def _make_block(self, num_steps: int, devices):
         """The block program (`train_block`) for `devices`, not compiled yet."""
         downscale = self.cfg.downscale_at(self.step)  # a block keeps the factor it starts with
-        fn = partial(train_block, self.cfg, self.tx, self.means_lr, self.scene_scale, self.isect_capacity,
-                     downscale, num_steps, self.plan)
+        fn = partial(train_block, self.cfg, self.opt, self.scene_scale, self.isect_capacity, downscale, num_steps,
+                     self.plan)
         # several processes: pmap over every process's devices (collectives span the hosts);
         # each process passes and gets back its own devices' slices
         return (jax.pmap(fn, axis_name=self.plan.axis_name, devices=devices if jax.process_count() == 1 else None)
@@ -194,7 +195,7 @@ class Trainer:
 
     def _make_refine(self, _devices=None):
         """Density control's program (`refine_state`), not compiled yet."""
-        return jax.jit(partial(refine_state, self.cfg, self.tx, self.scene_scale))
+        return jax.jit(partial(refine_state, self.cfg, self.opt.gaussians, self.scene_scale))
 
     def _refine_fn(self):
         if "refine" not in self._compiled:
@@ -356,10 +357,9 @@ class Trainer:
     def training_viewmats(self):
         """The training views' world-to-camera matrices [V, 4, 4] as training renders them: with
         the learned pose corrections when the camera optimiser is on."""
-        cam = self.cfg.camera_opt
-        if not cam.enabled:
-            return self.data.viewmats
-        return corrected_viewmats(self.data.viewmats, self.cameras.deltas, cam.mode)
+        fixes = self.cfg.corrections
+        return corrected_viewmats(fixes, self._one_device(values_of(fixes, self._state)), slice(None),
+                                  self.data.viewmats)
 
     # -- looking at the state
     def render(self, viewmat, K, width: int, height: int, background=None, render_mode: str = "RGB+ED"):

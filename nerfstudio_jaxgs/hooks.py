@@ -1,0 +1,124 @@
+"""Every change jax-gs makes to nerfstudio or to the process, in one place. Each is installed once
+(installing it again changes nothing) and says why; nothing else in the plugin patches anything.
+
+At the import of the method config (`config.py`: every ns-* command imports it, whichever method):
+- `sys.excepthook` (`install_excepthook`): an InputError, a jax_backend error meant for users, a
+  missing `--load-config` or a checkpoint torch cannot read is printed as one line
+  (`jax-gs: error: ...`, the wording in `errors.one_line`); anything else goes to the hook that
+  was there before. Installed at import so that a bad `--load-config` is one line too.
+
+When a jax-gs pipeline is built (`install_pipeline_hooks`, from `JaxGSPipeline.__init__`: ns-train,
+ns-viewer, ns-export, ns-eval and ns-render of a jax-gs config; never for another method):
+- JAX's persistent compilation cache (`jax_backend.enable_compilation_cache`): every ns-* command
+  loads the programs an earlier run compiled instead of compiling them again.
+- On a CPU, one JAX device per core (`jax_backend.use_cpu_cores`): training deals each view's
+  tiles over the cores. Before JAX starts its backends; an XLA_FLAGS device count is left alone.
+- `ExportGaussianSplat.write_ply` (ns-export only) becomes `export.write_ply_atomic`: the output
+  folder checked, temporary files of a killed export removed, the same bytes written to a
+  temporary file and renamed, so an interrupted export leaves the earlier PLY as it was.
+- `Viewer.init_scene` gains `viewer.move_to_a_training_camera_if_blind` on each browser's
+  connection: a jax-gs scene's viewer opens at a training camera when its default camera sees
+  nothing (forward-facing captures). Other methods' viewers are left as they are.
+
+While the pipeline is built (`no_prompts`, a context manager: undone afterwards):
+- rich's `Confirm.ask` returns its default, saying so, when stdin is not a terminal (nerfstudio's
+  questions would otherwise wait for an answer nobody can give); "downscale the images?" is an
+  InputError naming the flag.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+
+from .errors import InputError, one_line
+
+_MARK = "_jaxgs"  # set on every function jax-gs installed, so installing again changes nothing
+
+
+def _ours(fn) -> bool:
+    return getattr(fn, _MARK, False)
+
+
+def _mark(fn):
+    setattr(fn, _MARK, True)
+    return fn
+
+
+def install_excepthook() -> None:
+    """One line for errors meant for the user; the previous hook for everything else."""
+    if _ours(sys.excepthook):
+        return
+    previous = sys.excepthook
+
+    def hook(exc_type, exc, tb):
+        line = one_line(exc_type, exc, tb)
+        if line is None:
+            return previous(exc_type, exc, tb)
+        sys.stderr.write(f"jax-gs: error: {line}\n")
+        sys.stderr.flush()
+
+    sys.excepthook = _mark(hook)
+
+
+def install_atomic_export() -> None:
+    """In ns-export (its module loaded), `ExportGaussianSplat.write_ply` as `write_ply_atomic`."""
+    exporter = sys.modules.get("nerfstudio.scripts.exporter")
+    if exporter is None or _ours(exporter.ExportGaussianSplat.write_ply):
+        return
+    from .export import write_ply_atomic
+
+    exporter.ExportGaussianSplat.write_ply = staticmethod(_mark(write_ply_atomic))
+
+
+def install_first_view() -> None:
+    """nerfstudio's `Viewer.init_scene`, then the first-view check on each client's connection."""
+    from nerfstudio.viewer.viewer import Viewer
+
+    if _ours(Viewer.init_scene):
+        return
+    original = Viewer.init_scene
+
+    def init_scene(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        from .viewer import watch_first_views
+
+        watch_first_views(self)
+
+    Viewer.init_scene = _mark(init_scene)
+
+
+def install_pipeline_hooks() -> None:
+    """Everything a jax-gs pipeline needs, once per process (see the module docstring)."""
+    from jax_backend import enable_compilation_cache, use_cpu_cores
+
+    install_excepthook()
+    enable_compilation_cache()
+    use_cpu_cores()
+    install_atomic_export()
+    install_first_view()
+
+
+@contextlib.contextmanager
+def no_prompts():
+    """While active, rich's Confirm.ask returns its default when stdin is not a terminal."""
+    from rich.prompt import Confirm
+
+    interactive = sys.stdin is not None and sys.stdin.isatty()
+    if interactive:
+        yield
+        return
+    original = Confirm.ask
+
+    def ask(prompt="", *args, default=False, **kwargs):
+        if "downscale the images" in str(prompt):  # nerfstudio would exit(1) without a word on "no"
+            raise InputError("the downscaled images the dataparser's --downscale-factor asks for do not exist "
+                             "(nerfstudio offers to make them when run in a terminal; or use ns-process-data, or "
+                             "leave out --downscale-factor)")
+        sys.stderr.write(f"jax-gs: non-interactive run, answering {'yes' if default else 'no'} to: {prompt}\n")
+        return bool(default) if default is not ... else False
+
+    Confirm.ask = ask
+    try:
+        yield
+    finally:
+        Confirm.ask = original

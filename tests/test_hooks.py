@@ -1,0 +1,70 @@
+"""`nerfstudio_jaxgs.hooks`: every change jax-gs makes to nerfstudio and the process, installed
+once. Installing them again changes nothing, each patched function is marked as jax-gs's, and
+no other plugin module assigns to nerfstudio's classes or to `sys`."""
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("nerfstudio")
+
+from nerfstudio_jaxgs import hooks  # noqa: E402
+
+PLUGIN = Path(hooks.__file__).parent
+
+
+def _patched():
+    from nerfstudio.scripts import exporter
+    from nerfstudio.viewer.viewer import Viewer
+
+    return sys.excepthook, exporter.ExportGaussianSplat.__dict__["write_ply"].__func__, Viewer.init_scene
+
+
+def test_hooks_install_once_and_mark_what_they_replace():
+    import nerfstudio.scripts.exporter  # noqa: F401  (ns-export's module: the export hook applies)
+
+    hooks.install_pipeline_hooks()
+    first = _patched()
+    assert all(getattr(fn, "_jaxgs", False) for fn in first), first
+    hooks.install_pipeline_hooks()
+    hooks.install_excepthook()
+    assert _patched() == first  # the same functions: nothing wrapped twice
+
+
+def test_the_installed_export_writes_nerfstudios_bytes_atomically(tmp_path):
+    import numpy as np
+    from nerfstudio.scripts.exporter import ExportGaussianSplat
+
+    hooks.install_pipeline_hooks()
+    tensors = {"x": np.arange(3, dtype=np.float32), "red": np.array([1, 2, 3], np.uint8)}
+    (tmp_path / ".splat.ply.999999999.dead.tmp").write_bytes(b"left by a killed export")
+    ExportGaussianSplat.write_ply(str(tmp_path / "splat.ply"), 3, tensors)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["splat.ply"]
+    assert (tmp_path / "splat.ply").read_bytes().endswith(np.rec.fromarrays([tensors["x"], tensors["red"]]).tobytes())
+
+
+def _assignments_to_foreign_attributes(path: Path):
+    """Lines of `path` that assign to an attribute of something the module imported (a class or
+    module of nerfstudio, rich, sys ...)."""
+    tree = ast.parse(path.read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and not (isinstance(node, ast.ImportFrom) and node.level):
+            imported.update((a.asname or a.name).split(".")[0] for a in node.names)
+    found = []
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
+        for t in targets:
+            while isinstance(t, ast.Attribute):
+                t = t.value
+                if isinstance(t, ast.Name) and t.id in imported:
+                    found.append(node.lineno)
+    return found
+
+
+def test_no_other_plugin_module_patches_anything():
+    offenders = {p.name: lines for p in PLUGIN.glob("*.py") if p.name != "hooks.py"
+                 for lines in [_assignments_to_foreign_attributes(p)] if lines}
+    assert not offenders, f"assignments to imported modules' attributes outside hooks.py: {offenders}"
+    assert _assignments_to_foreign_attributes(PLUGIN / "hooks.py")  # the check finds hooks.py's own patches
