@@ -3,6 +3,8 @@ splatfacto's model fields, `--optimizers.*`, `--machine.num-devices`, and the pr
 import dataclasses
 import typing
 
+
+import numpy as np
 import pytest
 
 pytest.importorskip("nerfstudio")
@@ -113,6 +115,18 @@ def test_optimizers_reach_the_adam_groups():
     assert o.means.times_extent and o.opacities.lr_final is None  # no scheduler: a constant rate
     default = optim_config(OPTIMIZERS)
     assert (default.means.lr, default.sh0.lr, default.opacities.lr) == (1.6e-4, 0.0025, 0.05)
+    # a warm-up works in every group, as nerfstudio's scheduler has it (one schedule: `optim.lr_schedule`)
+    from jax_backend.training.optim import lr_schedule
+
+    opts["means"]["scheduler"].warmup_steps = 100
+    means = optim_config(opts).means
+    assert means.warmup_steps == 100
+    torch = pytest.importorskip("torch")
+    sched = opts["means"]["scheduler"].setup().get_scheduler(torch.optim.Adam([torch.zeros(1, requires_grad=True)],
+                                                                              lr=1.6e-4), 1.6e-4)
+    steps = [0, 50, 99, 100, 2500, 5000, 6000]
+    np.testing.assert_allclose([float(lr_schedule(means, 2.0, 30000)(s)) for s in steps],
+                               [2.0 * 1.6e-4 * sched.lr_lambdas[0](s) for s in steps], rtol=1e-5)
     opts["quats"]["optimizer"] = RAdamOptimizerConfig(lr=1e-3)
     with pytest.raises(InputError, match="--optimizers.quats.optimizer"):
         optim_config(opts)
