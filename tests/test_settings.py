@@ -3,7 +3,6 @@ splatfacto's model fields, `--optimizers.*`, `--machine.num-devices`, and the pr
 import dataclasses
 import typing
 
-
 import numpy as np
 import pytest
 
