@@ -80,7 +80,8 @@ def trainer_for(method: str, n: int, num_devices: int = 1, width: int = WIDTH, h
 
     from jax_backend import Trainer, make_dataset
     from jax_backend.rendering import next_pow2
-    from jax_backend.training.gaussians import Gaussians, init_from_points
+    from jax_backend.training.gaussians import Gaussians
+    from jax_backend.training.initialization import init_from_points
     from nerfstudio_jaxgs import config as methods
     from nerfstudio_jaxgs.settings import train_config
 
@@ -174,7 +175,7 @@ def raster_program(program: str):
     import numpy as np
 
     from jax_backend import rasterization
-    from jax_backend.rendering import count_intersections, next_capacity
+    from jax_backend.rendering import count_intersections, next_isect_capacity
 
     if program == "render":
         rasterizer, n = "auto", 100_000
@@ -182,7 +183,7 @@ def raster_program(program: str):
         _, rasterizer, size = program.split("-")
         n = SIZES[size]
     means, quats, scales, opacities, colors, viewmats, Ks = scene_views(n)
-    cap = next_capacity(int(count_intersections(means, quats, scales, opacities, viewmats[:1], Ks[:1], WIDTH,
+    cap = next_isect_capacity(int(count_intersections(means, quats, scales, opacities, viewmats[:1], Ks[:1], WIDTH,
                                                 HEIGHT)[0]))
     if program == "render":  # SH coefficients, as the eval and the viewer render them
         sh = np.zeros((n, 16, 3), np.float32)

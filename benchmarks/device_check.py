@@ -82,14 +82,14 @@ def rasterizer_speed(sizes, repeats):
 
     from benchmarks.rasterizer import realistic_scene
     from jax_backend import rasterization
-    from jax_backend.rendering import next_capacity
+    from jax_backend.rendering import next_isect_capacity
 
     rows = []
     for n, width, height in sizes:
         args = [jnp.asarray(a, jnp.float32) for a in realistic_scene(n)]
         K = args[6].at[:, 0, 2].set(width / 2).at[:, 1, 2].set(height / 2).at[:, 0, 0].set(0.9 * width).at[:, 1, 1].set(0.9 * width)
         _, _, meta = rasterization(*args[:6], K, width, height)
-        cap = next_capacity(int(meta["num_intersections"][0]))
+        cap = next_isect_capacity(int(meta["num_intersections"][0]))
         for r in RASTERIZERS:
             def loss(*p, r=r):
                 im, _, _ = rasterization(*p, args[5], K, width, height, rasterizer=r, isect_capacity=cap)

@@ -24,7 +24,7 @@ def heldout_psnr(trainer, test):
 def main():
     from jax_backend import TrainConfig, Trainer, init_random, make_dataset, make_strategy
 
-    from nerfstudio_jaxgs.captures import load_transforms
+    from benchmarks.captures import load_transforms
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "fox"))
@@ -42,7 +42,7 @@ def main():
     data = make_dataset(*d["train"])
     # random initial Gaussians in a cube around the scene centre, half the camera radius across
     # (the capture has no point cloud; Gaussians right in front of the cameras only cost time)
-    r = a.init_extent * d["scene_scale"] / 1.1
+    r = a.init_extent * d["scene_extent"] / 1.1
     lo, hi = [-r] * 3, [r] * 3
     if a.density == "splatfacto":
         from nerfstudio_jaxgs.model import JaxGSModelConfig
@@ -56,7 +56,7 @@ def main():
     print(strategy)
     cfg = TrainConfig(max_steps=max(a.steps), strategy=strategy, rasterizer=a.rasterizer, steps_per_block=a.steps_per_block)
     g = init_random(a.init_points, lo, hi, sh_degree=cfg.sh_degree)
-    tr = Trainer(cfg, data, g, d["scene_scale"])
+    tr = Trainer(cfg, data, g, d["scene_extent"])
     print(f"fox: {data.num_views} train / {len(d['test'][0])} held-out views, {data.width}x{data.height}, "
           f"{a.strategy} strategy, {a.init_points} random initial Gaussians, budget {a.max_gaussians}")
     print(f"step 0: held-out PSNR {heldout_psnr(tr, d['test']):.2f} dB")

@@ -54,12 +54,12 @@ def measure(n: int, rasterizer: str, mode: str, repeats: int) -> dict:
     import jax.numpy as jnp
 
     from jax_backend import rasterization
-    from jax_backend.rendering import next_capacity
+    from jax_backend.rendering import next_isect_capacity
 
     args = [jnp.asarray(a, jnp.float32) for a in realistic_scene(n)]
     _, _, meta = rasterization(*args, WIDTH, HEIGHT, rasterizer=rasterizer)  # eager: finds the capacity
     isects = int(meta["num_intersections"][0])
-    cap = next_capacity(isects)
+    cap = next_isect_capacity(isects)
     target = 0.5
 
     def loss(means, quats, scales, opacities, colors):

@@ -54,7 +54,7 @@ def build_trainer(n: int, rasterizer: str, steps_per_block: int, ssim_lambda: fl
     g = Gaussians({k: jnp.asarray(v, jnp.float32) for k, v in p.items()}, jnp.ones(n, bool))
     cfg = TrainConfig(steps_per_block=steps_per_block, rasterizer=rasterizer, ssim_lambda=ssim_lambda, tile_devices=tile_devices,
                       strategy=DefaultStrategy(refine_start=10**9))
-    return Trainer(cfg, data, g, scene_scale=2.0, **trainer_kw)
+    return Trainer(cfg, data, g, scene_extent=2.0, **trainer_kw)
 
 
 def measure(n: int, name: str, steps: int) -> dict:

@@ -32,7 +32,7 @@ def check_output_folder(folder: Path, filename: str) -> None:
         raise InputError(f"cannot write into output folder {folder}: {e.strerror or e}") from None
 
 
-def ply_bytes(count: int, map_to_tensors) -> tuple[bytes, np.ndarray]:
+def nerfstudio_ply(count: int, map_to_tensors) -> tuple[bytes, np.ndarray]:
     """nerfstudio's PLY header and the vertex records as one structured array (same bytes as
     `ExportGaussianSplat.write_ply`)."""
     if not all(t.size == count for t in map_to_tensors.values()):
@@ -63,7 +63,7 @@ def write_ply_atomic(filename: str, count: int, map_to_tensors) -> None:
     if int(count) == 0:
         raise InputError(f"nothing to export to {filename}: the model has no Gaussian with finite values and "
                          f"opacity above 1/255 (was training diverging?)")
-    header, records = ply_bytes(int(count), map_to_tensors)
+    header, records = nerfstudio_ply(int(count), map_to_tensors)
     with atomic_open(filename, size=len(header) + records.nbytes) as f:
         f.write(header)
         f.write(records.tobytes())

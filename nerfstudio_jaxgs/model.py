@@ -142,7 +142,7 @@ class JaxGSModel(SplatfactoModel):
             print(f"[jax-gs] LPIPS skipped: its pretrained weights are not available ({type(e).__name__})")
             return None
 
-    def attach_engine(self, dataset, scene_scale: float, max_steps: int, optimizers=None):
+    def attach_engine(self, dataset, scene_extent: float, max_steps: int, optimizers=None):
         """Build the JAX trainer on the on-device dataset for a run ending at step `max_steps`
         (and restore a pending checkpoint). `optimizers`: nerfstudio's `--optimizers` dict."""
         import jax
@@ -159,7 +159,7 @@ class JaxGSModel(SplatfactoModel):
             raise InputError(f"num-devices {num_devices}: this host has {len(jax.local_devices())} JAX device(s)")
         # the capacity grows on the host as density control needs it
         try:
-            self.engine = Trainer(cfg, dataset, self.gaussians, scene_scale, log=print, num_devices=num_devices,
+            self.engine = Trainer(cfg, dataset, self.gaussians, scene_extent, log=print, num_devices=num_devices,
                                   views_per_device=c.views_per_device)
         except ValueError as e:  # the engine checks the device settings (tile-devices against num-devices)
             raise InputError(f"device settings: {e}") from None

@@ -39,7 +39,7 @@ def main():
     import jax
 
     from jax_backend import TrainConfig, Trainer, init_random, make_dataset, make_strategy, write_ply
-    from nerfstudio_jaxgs.captures import load_transforms
+    from benchmarks.captures import load_transforms
 
     main_process = jax.process_index() == 0
     d = load_transforms(a.data)
@@ -48,9 +48,9 @@ def main():
     data = make_dataset([images[i] for i in mine], viewmats[mine], Ks[mine])
     cfg = TrainConfig(max_steps=a.steps, steps_per_block=a.steps_per_block,
                       strategy=make_strategy(a.strategy, budget=a.max_gaussians))
-    r = 0.5 * d["scene_scale"] / 1.1
+    r = 0.5 * d["scene_extent"] / 1.1
     g = init_random(a.init_points, [-r] * 3, [r] * 3, sh_degree=cfg.sh_degree)  # same seed on every host
-    tr = Trainer(cfg, data, g, d["scene_scale"], num_devices=len(jax.local_devices()),
+    tr = Trainer(cfg, data, g, d["scene_extent"], num_devices=len(jax.local_devices()),
                  views_per_device=a.views_per_device, log=print if main_process else (lambda m: None))
     if main_process:
         print(f"{jax.process_count()} process(es), {len(jax.devices())} device(s), {tr.views_per_step} views per step; "

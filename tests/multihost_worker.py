@@ -25,7 +25,7 @@ def train_local(num_devices=1, views=None):
     strategy = DefaultStrategy(refine_start=0, refine_every=10, reset_every=20, grow_grad2d=0.0005)
     cfg = TrainConfig(max_steps=200, steps_per_block=10, sh_degree=1, sh_degree_interval=10, strategy=strategy,
                       optim=OptimConfig().with_eps(1e-6))
-    tr = Trainer(cfg, data, init_random(256, -1, 1, sh_degree=1, capacity=1024), scene_scale=1.5,
+    tr = Trainer(cfg, data, init_random(256, -1, 1, sh_degree=1, capacity=1024), scene_extent=1.5,
                  num_devices=num_devices, log=lambda m: None)
     views = []
     for _ in range(3):

@@ -64,7 +64,7 @@ def _train(train, bilateral: bool):
                       bilateral=BilateralGridConfig(enabled=bilateral, shape=(4, 4, 4),
                                                     optimizer=GroupConfig(5e-3, 1e-4)),
                       strategy=DefaultStrategy(refine_start=100, refine_stop=800, refine_every=100, reset_every=10**6))
-    tr = Trainer(cfg, train, init_random(256, -1, 1, sh_degree=3, capacity=2048), scene_scale=1.5, log=lambda *_: None)
+    tr = Trainer(cfg, train, init_random(256, -1, 1, sh_degree=3, capacity=2048), scene_extent=1.5, log=lambda *_: None)
     tr.train()
     return tr
 

@@ -95,7 +95,7 @@ def test_perturbed_poses_move_toward_the_truth():
         cam = CameraOptConfig(mode=mode, optimizer=GroupConfig(1e-3, 1e-4))
         cfg = TrainConfig(max_steps=600, steps_per_block=100, sh_degree=0, camera_opt=cam,
                           strategy=DefaultStrategy(refine_start=10**6))
-        tr = Trainer(cfg, data, start, scene_scale=1.5, log=lambda *_: None)
+        tr = Trainer(cfg, data, start, scene_extent=1.5, log=lambda *_: None)
         tr.train()
         results[mode] = (tr.heldout_psnr(imgs[test], vms[test], Ks[test]),
                          _pose_error(np.asarray(tr.training_viewmats()), vms[~test]))

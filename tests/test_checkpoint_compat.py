@@ -29,7 +29,7 @@ def test_old_trainer_checkpoint_resumes(scene):
     _, train, _ = scene
     cfg = TrainConfig(max_steps=100, steps_per_block=20, sh_degree=1,
                       strategy=DefaultStrategy(refine_start=10, refine_every=20))
-    tr = Trainer(cfg, train, init_random(64, -1, 1, sh_degree=1, capacity=64), scene_scale=1.5)
+    tr = Trainer(cfg, train, init_random(64, -1, 1, sh_degree=1, capacity=64), scene_extent=1.5)
     tr.restore(DATA / "old_trainer.npz")
     assert tr.step == _assert_gaussians(tr.state.gaussians, DATA / "old_expected.npz") == 40
     metrics, _ = tr.run_block()  # and it trains on from there
@@ -38,7 +38,7 @@ def test_old_trainer_checkpoint_resumes(scene):
 
 def test_checkpoint_of_another_configuration_fails_naming_the_entry(scene, tmp_path):
     _, train, _ = scene
-    tr = Trainer(TrainConfig(sh_degree=2), train, init_random(64, -1, 1, sh_degree=2, capacity=64), scene_scale=1.5)
+    tr = Trainer(TrainConfig(sh_degree=2), train, init_random(64, -1, 1, sh_degree=2, capacity=64), scene_extent=1.5)
     with pytest.raises(CheckpointError, match=r"old_trainer.npz: entry .*shN.* has shape"):
         tr.restore(DATA / "old_trainer.npz")
 

@@ -22,7 +22,7 @@ from jax_backend import DefaultStrategy, TrainConfig, Trainer, init_random
 from synthetic import known_scene
 _, train, _ = known_scene()
 cfg = TrainConfig(max_steps=20, steps_per_block=10, sh_degree=0, strategy=DefaultStrategy())
-tr = Trainer(cfg, train, init_random(128, -1, 1, sh_degree=0), scene_scale=1.5, log=lambda *_: None)
+tr = Trainer(cfg, train, init_random(128, -1, 1, sh_degree=0), scene_extent=1.5, log=lambda *_: None)
 tr.run_block()
 print(json.dumps({k.rsplit('/', 1)[-1]: v for k, v in events.items() if 'compilation_cache' in k}))
 """

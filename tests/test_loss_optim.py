@@ -71,7 +71,7 @@ def test_optimizer_groups_use_3dgs_learning_rates():
 
 
 def test_zero_moments_only_touches_chosen_slots_and_groups():
-    from jax_backend.training.state import zero_moments
+    from jax_backend.training.strategy.ops import zero_moments
 
     g = init_from_points(np.random.default_rng(0).normal(size=(6, 3)), sh_degree=1, capacity=8)
     tx = make_optimizer(OptimConfig(), 1.0, 100)
@@ -129,7 +129,7 @@ def test_training_with_scale_regularization_keeps_fewer_needles():
     for ratio in (0.0, 10.0):
         cfg = TrainConfig(max_steps=400, steps_per_block=100, sh_degree=0, max_gauss_ratio=ratio, optim=optim,
                           strategy=DefaultStrategy(refine_start=10**6))
-        tr = Trainer(cfg, train, g, scene_scale=1.5, log=lambda *_: None)
+        tr = Trainer(cfg, train, g, scene_extent=1.5, log=lambda *_: None)
         tr.train()
         s = np.asarray(tr.state.gaussians.params["scales"])[np.asarray(tr.state.gaussians.alive)]
         counts[ratio] = int(np.sum(np.exp(s.max(1) - s.min(1)) > 10.0))

@@ -25,10 +25,10 @@ def _pair(train, strategy, steps=30):
     cfg = TrainConfig(max_steps=200, steps_per_block=10, sh_degree=1, sh_degree_interval=10, strategy=strategy,
                       optim=OptimConfig().with_eps(1e-6))
     g = init_random(256, -1, 1, sh_degree=1, capacity=1024)
-    par = Trainer(cfg, train, g, scene_scale=1.5, num_devices=4, views_per_device=1, log=lambda m: None)
+    par = Trainer(cfg, train, g, scene_extent=1.5, num_devices=4, views_per_device=1, log=lambda m: None)
     # one device walking its tiles in row-major order, as each replica does (dealing the tiles over
     # devices sums the gradients in another order: test_tile_parallel)
-    one = Trainer(dataclasses.replace(cfg, tile_devices=1), train, g, scene_scale=1.5, num_devices=1,
+    one = Trainer(dataclasses.replace(cfg, tile_devices=1), train, g, scene_extent=1.5, num_devices=1,
                   views_per_device=4, log=lambda m: None)
     mp, mo, ip, io = [], [], [], []
     for _ in range(steps // 10):

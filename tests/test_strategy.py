@@ -9,7 +9,7 @@ import numpy as np
 
 from jax_backend import DefaultStrategy, Gaussians, MCMCStrategy, OptimConfig, TrainState, init_from_points, make_strategy
 from jax_backend.training.optim import make_optimizer
-from jax_backend.training.strategy.mcmc import relocation, sample_by_weight
+from jax_backend.training.strategy.ops import relocation, sample_by_weight
 
 TX = make_optimizer(OptimConfig(), 1.0, 1000)
 

@@ -81,9 +81,9 @@ def test_training_deals_tiles_on_a_cpu_and_keeps_one_devices_state(tmp_path, mon
     cfg = TrainConfig(max_steps=40, steps_per_block=10, sh_degree=1, sh_degree_interval=10,
                       optim=OptimConfig().with_eps(1e-6))  # see test_parallel: rounding noise stays put
     g = init_random(256, -1, 1, sh_degree=1, capacity=512)
-    auto = Trainer(cfg, train, g, scene_scale=1.5, log=lambda m: None)
+    auto = Trainer(cfg, train, g, scene_extent=1.5, log=lambda m: None)
     assert auto.cfg.tile_devices == auto_tile_devices() == min(len(jax.local_devices()), cpu_cores()) > 1
-    one = Trainer(TrainConfig(**{**cfg.__dict__, "tile_devices": 1}), train, g, scene_scale=1.5, log=lambda m: None)
+    one = Trainer(TrainConfig(**{**cfg.__dict__, "tile_devices": 1}), train, g, scene_extent=1.5, log=lambda m: None)
     for _ in range(3):
         ma, _ = auto.run_block()
         mo, _ = one.run_block()
@@ -92,7 +92,7 @@ def test_training_deals_tiles_on_a_cpu_and_keeps_one_devices_state(tmp_path, mon
     assert len(leaf.devices()) == 1  # what the plugin and checkpoints read: one device's copy
     np.testing.assert_allclose(np.asarray(leaf), np.asarray(one.state.gaussians.params["means"]), atol=1e-4)
     path = auto.save(tmp_path / "ckpt.npz")
-    again = Trainer(cfg, train, g, scene_scale=1.5, log=lambda m: None)
+    again = Trainer(cfg, train, g, scene_extent=1.5, log=lambda m: None)
     again.restore(path)
     assert again.step == auto.step
     m1, _ = auto.run_block()
@@ -108,8 +108,8 @@ def test_training_splits_the_gaussians_rows_over_the_tile_devices():
     cfg = TrainConfig(max_steps=30, steps_per_block=10, sh_degree=1, sh_degree_interval=10, tile_devices=2,
                       optim=OptimConfig().with_eps(1e-6))
     g = init_random(255, -1, 1, sh_degree=1, capacity=511)
-    two = Trainer(cfg, train, g, scene_scale=1.5, log=lambda m: None)
-    one = Trainer(TrainConfig(**{**cfg.__dict__, "tile_devices": 1}), train, g, scene_scale=1.5, log=lambda m: None)
+    two = Trainer(cfg, train, g, scene_extent=1.5, log=lambda m: None)
+    one = Trainer(TrainConfig(**{**cfg.__dict__, "tile_devices": 1}), train, g, scene_extent=1.5, log=lambda m: None)
     assert two.state.gaussians.capacity == 512 and one.state.gaussians.capacity == 511
     for _ in range(2):
         m2, _ = two.run_block()
@@ -145,8 +145,8 @@ def test_tile_devices_with_data_parallelism_stops_with_one_line():
     _, train, _ = known_scene(views=8)
     g = init_random(64, -1, 1, sh_degree=1, capacity=128)
     with pytest.raises(ValueError, match="tile_devices 2 .* num_devices 1"):
-        Trainer(TrainConfig(tile_devices=2), train, g, scene_scale=1.5, num_devices=2)
-    Trainer(TrainConfig(), train, g, scene_scale=1.5, num_devices=2, log=lambda m: None)  # automatic: 1
+        Trainer(TrainConfig(tile_devices=2), train, g, scene_extent=1.5, num_devices=2)
+    Trainer(TrainConfig(), train, g, scene_extent=1.5, num_devices=2, log=lambda m: None)  # automatic: 1
 
 
 def test_use_cpu_cores_gives_one_cpu_device_per_core():

@@ -19,7 +19,7 @@ def scene():
 
 def _trainer(train, strategy, capacity, max_steps, log=print, **kw):
     cfg = TrainConfig(max_steps=max_steps, steps_per_block=50, sh_degree=0, strategy=strategy, **kw)
-    return Trainer(cfg, train, init_random(128, -1, 1, sh_degree=0, capacity=capacity), scene_scale=1.5, log=log)
+    return Trainer(cfg, train, init_random(128, -1, 1, sh_degree=0, capacity=capacity), scene_extent=1.5, log=log)
 
 
 @pytest.mark.parametrize("kind", ["default", "mcmc", "antialiased"])
@@ -104,7 +104,7 @@ def test_the_buffer_is_sized_for_the_most_demanding_view():
     data = make_dataset([np.zeros((h, w, 3), np.uint8)] * 2, np.stack([far, near]), np.stack([K, K]))
     msgs = []
     cfg = TrainConfig(max_steps=20, steps_per_block=10, sh_degree=0, strategy=DefaultStrategy())
-    tr = Trainer(cfg, data, init_random(4000, -1, 1, sh_degree=0), scene_scale=1.5, log=msgs.append)
+    tr = Trainer(cfg, data, init_random(4000, -1, 1, sh_degree=0), scene_extent=1.5, log=msgs.append)
     m, _ = tr.run_block()
     assert not any("intersection buffer too small" in x for x in msgs), msgs
     assert tr.isect_capacity >= int(m["num_intersections"].max())

@@ -1,4 +1,4 @@
-"""Tile binning with static shapes: every (Gaussian, tile) intersection in a fixed-capacity buffer.
+"""Tile binning with static shapes: every (Gaussian, tile) intersection in a fixed-size buffer.
 
 depth order -> counts per Gaussian, front to back -> cumsum -> owner of each buffer slot -> sort
 by tile, the depth order kept -> per-tile ranges by searchsorted, on the smallest of a few buffer
@@ -17,7 +17,7 @@ from .. import array_ops, devices
 from .projection import Projected
 from .tiles import TileGrid, TileLists
 
-MIN_CAPACITY = 1 << 14  # smallest intersection buffer
+MIN_ISECT_CAPACITY = 1 << 14  # smallest intersection buffer
 
 
 def next_pow2(n: int) -> int:
@@ -25,9 +25,9 @@ def next_pow2(n: int) -> int:
     return 1 << max(int(n) - 1, 0).bit_length()
 
 
-def next_capacity(needed: int) -> int:
+def next_isect_capacity(needed: int) -> int:
     """Power-of-two intersection buffer holding `needed` (few distinct shapes, rare recompiles)."""
-    return max(MIN_CAPACITY, next_pow2(needed))
+    return max(MIN_ISECT_CAPACITY, next_pow2(needed))
 
 
 class Bins(NamedTuple):
@@ -37,8 +37,8 @@ class Bins(NamedTuple):
     tile_start: jnp.ndarray  # [T] first slot of each tile
     tile_end: jnp.ndarray  # [T] one past the last slot of each tile
     tiles_per_gaussian: jnp.ndarray  # [N] number of tiles each Gaussian touches
-    num_intersections: jnp.ndarray  # [] total needed (may exceed capacity)
-    overflow: jnp.ndarray  # [] bool: capacity too small, some intersections were left out
+    num_intersections: jnp.ndarray  # [] total needed (may exceed isect_capacity)
+    overflow: jnp.ndarray  # [] bool: isect_capacity too small, some intersections were left out
 
     @property
     def lists(self) -> TileLists:
@@ -101,15 +101,15 @@ def sort_by_tile(tile, rank, num_tiles: int, n: int):
     return tile_sorted.astype(jnp.int32), rank_sorted.astype(jnp.int32)
 
 
-def buffer_tiers(capacity: int) -> list:
-    """The buffer sizes a binning picks from at run time: `capacity` and its halves down to
-    MIN_CAPACITY (at most five). On a TPU `capacity` alone: each tier compiles its own sort, and a
+def buffer_tiers(isect_capacity: int) -> list:
+    """The buffer sizes a binning picks from at run time: `isect_capacity` and its halves down to
+    MIN_ISECT_CAPACITY (at most five). On a TPU `isect_capacity` alone: each tier compiles its own sort, and a
     sort of 2^16-2^20 keys takes 6-12 s of a TPU compile (measured for v5e: the binning at 2^20
     compiled in 141 s with five tiers)."""
-    sizes = [capacity]
+    sizes = [isect_capacity]
     if devices.platform() == "tpu":
         return sizes
-    while len(sizes) < 5 and sizes[-1] // 2 >= MIN_CAPACITY and sizes[-1] % 2 == 0:
+    while len(sizes) < 5 and sizes[-1] // 2 >= MIN_ISECT_CAPACITY and sizes[-1] % 2 == 0:
         sizes.append(sizes[-1] // 2)
     return sizes[::-1]
 
@@ -141,21 +141,21 @@ def _sorted_lists(size: int, lo_t, n_xy, by_depth, counts, starts, total, grid: 
     return by_depth[rank_sorted], array_ops.run_starts(tile_sorted, grid.num_tiles)
 
 
-def bin_gaussians(proj: Projected, grid: TileGrid, capacity: int) -> Bins:
+def bin_gaussians(proj: Projected, grid: TileGrid, isect_capacity: int) -> Bins:
     """Every (Gaussian, tile) intersection, sorted by tile then depth.
 
     Args:
       proj: the camera's projected Gaussians (N of them).
       grid: the image's tiles.
-      capacity: static size of the intersection buffer.
+      isect_capacity: static size of the intersection buffer.
 
     Returns:
-      `Bins`: sorted Gaussian ids [capacity], each tile's [start, end) range [T], tiles per
-      Gaussian [N], the number of intersections needed and whether it exceeded `capacity`.
+      `Bins`: sorted Gaussian ids [isect_capacity], each tile's [start, end) range [T], tiles per
+      Gaussian [N], the number of intersections needed and whether it exceeded `isect_capacity`.
 
     The buffer is sized for the most demanding view with room to grow, and a view often needs a
     fraction of it: the owner search and the sort (the binning's cost) run on the smallest of
-    `buffer_tiers(capacity)` that holds this view's intersections (`lax.switch`), and the slots
+    `buffer_tiers(isect_capacity)` that holds this view's intersections (`lax.switch`), and the slots
     past it are left empty (id 0, in no tile's range). The lists are those of the full buffer.
     The slots are laid out front to back: a buffer too small keeps the nearest Gaussians'.
     """
@@ -169,9 +169,9 @@ def bin_gaussians(proj: Projected, grid: TileGrid, capacity: int) -> Bins:
 
     def at(size):
         ids, bounds = _sorted_lists(size, lo_t, n_xy, by_depth, counts_by_depth, starts, total, grid)
-        return jnp.pad(ids, (0, capacity - size)), bounds
+        return jnp.pad(ids, (0, isect_capacity - size)), bounds
 
-    sizes = buffer_tiers(capacity)
+    sizes = buffer_tiers(isect_capacity)
     tier = jnp.sum(jnp.array(sizes, jnp.int32) < total)  # the first that holds it (switch clamps: overflow -> all)
     ids_sorted, bounds = jax.lax.switch(tier, [partial(at, size) for size in sizes])
     return Bins(
@@ -180,5 +180,5 @@ def bin_gaussians(proj: Projected, grid: TileGrid, capacity: int) -> Bins:
         tile_end=bounds[1:].astype(jnp.int32),
         tiles_per_gaussian=counts,
         num_intersections=total,
-        overflow=total > capacity,
+        overflow=total > isect_capacity,
     )

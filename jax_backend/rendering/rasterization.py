@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .binning import bin_gaussians, next_capacity, tile_rect
+from .binning import bin_gaussians, next_isect_capacity, tile_rect
 from .composite import CompositeConfig, RasterizerOptions, composite, resolve_rasterizer
 from .projection import RASTERIZE_MODES, project_gaussians
 from .sh import sh_to_color
@@ -248,13 +248,13 @@ def rasterization(
         means2d_probe = (jnp if traced else np).zeros((c, n, 2), np.float32)
     arrays = (*inputs[:-2], means2d_probe, degree)  # the probe, made above when none was given
     if traced:
-        cap = int(isect_capacity) if isect_capacity is not None else next_capacity(4 * n)
+        cap = int(isect_capacity) if isect_capacity is not None else next_isect_capacity(4 * n)
         return _rasterize_jit(rc._replace(isect_capacity=cap), *arrays)
     if isect_capacity is None:  # what these cameras need
         counts = count_intersections(means, quats, scales, opacities, viewmats, Ks, rc.composite.grid.width,
                                      rc.composite.grid.height, near_plane=near_plane, eps2d=eps2d,
                                      rasterize_mode=rasterize_mode, tile_size=tile_size)
-        isect_capacity = next_capacity(max(int(counts.max()), 1))
+        isect_capacity = next_isect_capacity(max(int(counts.max()), 1))
     # called eagerly: the inputs go where the dealt program runs (a trainer's state is on one device)
     arrays = tile_copies(arrays, rc.composite.devices)
     cap = int(isect_capacity)
@@ -263,4 +263,4 @@ def rasterization(
         needed = int(np.max(np.asarray(out[2]["num_intersections"])))
         if needed <= cap:
             return out
-        cap = next_capacity(needed)
+        cap = next_isect_capacity(needed)

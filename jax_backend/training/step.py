@@ -21,8 +21,9 @@ from .corrections import (corrected_renders, corrected_viewmats, init_correction
 from .loss import photometric_loss, psnr, scale_regularization
 from .optim import OptimConfig, Optimizers
 from .schedule import sh_degree_at
-from .state import TrainState, on_tile_devices
+from .state import TrainState
 from .strategy import DefaultStrategy, RefineInfo, Strategy
+from .strategy.ops import on_tile_devices
 
 
 @dataclass(frozen=True)
@@ -169,14 +170,14 @@ def train_step(cfg: TrainConfig, opt: Optimizers, isect_capacity: int, downscale
     return on_tile_devices(opt.gaussians, new, cfg.tile_devices), metrics
 
 
-def refine_state(cfg: TrainConfig, tx, scene_scale: float, state: TrainState, step_before):
+def refine_state(cfg: TrainConfig, tx, scene_extent: float, state: TrainState, step_before):
     """The strategy's density control for the steps (step_before, state.step]."""
     key, k = jax.random.split(state.key)
-    state, info = cfg.strategy.refine(k, state, tx, step_before, scene_scale)
+    state, info = cfg.strategy.refine(k, state, tx, step_before, scene_extent)
     return state._replace(key=key), info
 
 
-def train_block(cfg: TrainConfig, opt: Optimizers, scene_scale: float, isect_capacity: int, downscale: int,
+def train_block(cfg: TrainConfig, opt: Optimizers, scene_extent: float, isect_capacity: int, downscale: int,
                 num_steps: int, plan: ViewPlan, data: Dataset, state: TrainState):
     """`num_steps` steps in one `lax.scan`, then density control. Per-step metrics come back as
     arrays [num_steps, views_per_replica]. Under pmap every replica holds the same state and
@@ -187,7 +188,7 @@ def train_block(cfg: TrainConfig, opt: Optimizers, scene_scale: float, isect_cap
                                   state, None, length=num_steps)
     # no run ends on a refinement: nothing is densified, pruned or reset after the last step
     # a select, not a cond (`array_ops.where_tree`: TPU layouts)
-    state, info = array_ops.where_tree(state.step < cfg.max_steps, refine_state(cfg, tx, scene_scale, state, step_before),
+    state, info = array_ops.where_tree(state.step < cfg.max_steps, refine_state(cfg, tx, scene_extent, state, step_before),
                                        (state, RefineInfo.none()))
     return on_tile_devices(tx, state, cfg.tile_devices), metrics, info
 

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..errors import UserFacingError
-from ..rendering import count_intersections, next_capacity, next_pow2
+from ..rendering import count_intersections, next_isect_capacity, next_pow2
 from .. import devices as dev
 from .corrections import corrected_viewmats, values_of
 from .data import Dataset, ViewPlan, downscaled_cameras
@@ -20,9 +20,11 @@ from .loss import psnr
 from .optim import make_optimizers
 from .schedule import sh_degree_at
 from ..files.checkpoint import read_checkpoint, save_checkpoint
-from .state import TrainState, capacity_of, from_named_arrays, grow_capacity, named_arrays, tile_shardings
+from .serialize import capacity_of, from_named_arrays, named_arrays
+from .state import TrainState
 from .step import TrainConfig, init_state, refine_state, train_block
 from .strategy import RefineInfo
+from .strategy.ops import grow_capacity, tile_shardings
 
 
 class NonFiniteError(UserFacingError, FloatingPointError):
@@ -50,7 +52,7 @@ class Trainer:
       statistics) to the next power of two and runs density control again.
     """
 
-    def __init__(self, cfg: TrainConfig, data: Dataset, gaussians: Gaussians, scene_scale: float,
+    def __init__(self, cfg: TrainConfig, data: Dataset, gaussians: Gaussians, scene_extent: float,
                  isect_capacity: Optional[int] = None, log=print, *, num_devices: int = 1,
                  views_per_device: int = 1):
         """
@@ -58,7 +60,8 @@ class Trainer:
           cfg: the run's settings.
           data: the training views (`make_dataset`).
           gaussians: the initial Gaussians.
-          scene_scale: the scene's extent (`scene_extent`): scales the means' learning rate and
+          scene_extent: the scene's size (`data.scene_extent` of the training cameras, 3DGS's
+            cameras_extent): scales the means' learning rate and
             the density-control size thresholds.
           isect_capacity: initial intersection buffer (default: twice what view 0 needs).
           log: where messages about buffers and budgets go.
@@ -82,13 +85,13 @@ class Trainer:
         self.plan = ViewPlan(data.num_views, int(views_per_device), num_devices, "devices" if self.parallel else None,
                              lane_offset=jax.process_index() * num_devices * int(views_per_device), seed=cfg.seed)
         self.plan.table()  # enough views for the lanes
-        self.cfg, self.data, self.scene_scale, self.log = cfg, data, float(scene_scale), log
+        self.cfg, self.data, self.scene_extent, self.log = cfg, data, float(scene_extent), log
         # tile parallel: the dataset whole on each of the devices the tiles are dealt to
         self._device_data = (dev.stacked_copies(data, self.devices) if self.parallel
                              else dev.tile_copies(data, tile_devices))
         # every optimizer group: the Gaussians' and each enabled per-view correction's
         self.opt = make_optimizers(cfg.optim, {name: c.optimizer for name, c in cfg.corrections.items()},
-                                   self.scene_scale, cfg.max_steps)
+                                   self.scene_extent, cfg.max_steps)
         if cfg.corrections and jax.process_count() > 1:
             raise ValueError("camera pose optimisation and bilateral grids are not available with several processes "
                              "(each holds its own views): run them on one host")
@@ -175,12 +178,12 @@ class Trainer:
                                                self.cfg.downscale_at(self.step))
         counts = count_intersections(means, quats, scales, opacities, self.training_viewmats(), Ks, width, height,
                                      rasterize_mode=self.cfg.rasterize_mode)
-        return next_capacity(2 * max(int(counts.max()), 1))
+        return next_isect_capacity(2 * max(int(counts.max()), 1))
 
     def _make_block(self, num_steps: int, devices):
         """The block program (`train_block`) for `devices`, not compiled yet."""
         downscale = self.cfg.downscale_at(self.step)  # a block keeps the factor it starts with
-        fn = partial(train_block, self.cfg, self.opt, self.scene_scale, self.isect_capacity, downscale, num_steps,
+        fn = partial(train_block, self.cfg, self.opt, self.scene_extent, self.isect_capacity, downscale, num_steps,
                      self.plan)
         # several processes: pmap over every process's devices (collectives span the hosts);
         # each process passes and gets back its own devices' slices
@@ -195,7 +198,7 @@ class Trainer:
 
     def _make_refine(self, _devices=None):
         """Density control's program (`refine_state`), not compiled yet."""
-        return jax.jit(partial(refine_state, self.cfg, self.opt.gaussians, self.scene_scale))
+        return jax.jit(partial(refine_state, self.cfg, self.opt.gaussians, self.scene_extent))
 
     def _refine_fn(self):
         if "refine" not in self._compiled:
@@ -253,7 +256,7 @@ class Trainer:
             if not metrics["overflow"].any():
                 return state, metrics, info.as_python()
             needed = int(metrics["num_intersections"].max())
-            self.isect_capacity = next_capacity(int(needed * 1.25))
+            self.isect_capacity = next_isect_capacity(int(needed * 1.25))
             self.log(f"[jax-gs] step {self.step}: intersection buffer too small ({needed} needed); "
                      f"grown to {self.isect_capacity}, block run again")
 
@@ -297,7 +300,7 @@ class Trainer:
     def _grow_buffer_ahead(self, metrics):
         peak = int(metrics["num_intersections"].max())
         if peak > 0.8 * self.isect_capacity:
-            self.isect_capacity = next_capacity(int(peak * 1.5))
+            self.isect_capacity = next_isect_capacity(int(peak * 1.5))
 
     def run_block(self, num_steps: Optional[int] = None):
         """Train `num_steps` (default: steps_per_block, capped at max_steps) in one dispatch.
@@ -331,7 +334,7 @@ class Trainer:
 
     # -- state as named arrays, checkpoints
     def state_arrays(self) -> dict:
-        """The whole training state as {name: numpy array} (`state.named_arrays`)."""
+        """The whole training state as {name: numpy array} (`serialize.named_arrays`)."""
         return named_arrays(self.state)
 
     def load_state_arrays(self, arrays: dict, source="checkpoint"):

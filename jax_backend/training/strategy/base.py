@@ -4,7 +4,7 @@ A strategy is a frozen dataclass (its settings as fields, hashable: it is part o
 program) with explicit state, like gsplat's `strategy/` and optax's transformations:
 
 - It keeps: per-Gaussian statistics only, `init_stats(capacity) -> {name: [capacity, ...]}` (so
-  they can be padded and moved with the Gaussians by `training.state`). They live in
+  they can be padded and moved with the Gaussians by `strategy.ops`). They live in
   `TrainState.stats` and are checkpointed with it.
 - Every step, inside the compiled step: `accumulate(stats, step, means2d_grad, radii, width,
   height)` adds the step's screen-space statistics of one view into zeroed statistics, and
@@ -12,10 +12,10 @@ program) with explicit state, like gsplat's `strategy/` and optax's transformati
   `regularizer(params, alive)` is
   added to the loss; `post_step(key, gaussians, step, means_lr)` runs after the optimizer update.
 - At each block boundary, inside the same program: `refine(key, state, tx, step_before,
-  scene_scale)` for the steps (step_before, state.step] just trained, with `training.schedule`
+  scene_extent)` for the steps (step_before, state.step] just trained, with `training.schedule`
   deciding what fell due. It returns the new state and a `RefineInfo`. When it needs more slots
   than the capacity it must change nothing and report `slots_needed`: the host then grows every
-  per-Gaussian array (`state.grow_capacity`) and calls it again with the same arguments.
+  per-Gaussian array (`ops.grow_capacity`) and calls it again with the same arguments.
 - `budget`: the most live Gaussians it may grow to (0: the strategy's own default);
   `absgrad`: whether `means2d_grad` is gsplat's absolute gradient.
 
@@ -61,7 +61,6 @@ class Strategy(Protocol):
 
     budget: int
     absgrad: bool
-    refine_every: int
 
     def init_stats(self, capacity: int) -> dict:
         """Zeroed per-Gaussian statistics: {name: [capacity, ...]} (may be empty)."""
@@ -81,7 +80,7 @@ class Strategy(Protocol):
         """The Gaussians after the optimizer update of `step` (e.g. noise); `means_lr` is the
         means' learning rate at that step."""
 
-    def refine(self, key, state, tx, step_before, scene_scale: float):
+    def refine(self, key, state, tx, step_before, scene_extent: float):
         """(TrainState, RefineInfo) after density control for (step_before, state.step]."""
 
 

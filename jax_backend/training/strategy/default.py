@@ -15,30 +15,9 @@ from ... import array_ops
 from ...rendering import quat_to_rotmat
 from ..gaussians import Gaussians
 from ..schedule import crossed
-from ..state import TrainState, gather_rows, select_rows, zero_moments
+from ..state import TrainState
 from .base import RefineInfo, logit
-
-
-def assign_free_slots(copies, alive, capacity):
-    """Give slot i `copies[i]` copies, in dead slots, in slot order.
-
-    Args:
-      copies: [capacity] int, copies wanted of each slot (0 for most).
-      alive: [capacity] bool.
-
-    Returns:
-      (src [capacity] int: the slot each slot copies from, itself when unchanged; new [capacity]
-      bool: slots that receive a copy; number of copies needed, which may exceed the dead slots:
-      then only the first ones are marked new and the caller must not use the result).
-    """
-    n_needed = jnp.sum(copies)
-    free = ~alive
-    ends = array_ops.cumsum(copies)
-    free_rank = array_ops.cumsum(free.astype(jnp.int32)) - 1
-    new = free & (free_rank < n_needed)
-    owner = jnp.clip(jnp.searchsorted(ends, free_rank, side="right"), 0, capacity - 1)
-    src = jnp.where(new, owner, jnp.arange(capacity))
-    return src, new, n_needed
+from .ops import assign_free_slots, gather_rows, select_rows, zero_moments
 
 
 @dataclass(frozen=True)
@@ -107,7 +86,7 @@ class DefaultStrategy:
         """Nothing after the update."""
         return gaussians
 
-    def refine(self, key, state: TrainState, tx, step_before, scene_scale: float):
+    def refine(self, key, state: TrainState, tx, step_before, scene_extent: float):
         """Density control for the steps (step_before, state.step] just trained: grow and prune
         when a refinement step fell due, then the opacity reset when one fell due."""
         step_after = state.step
@@ -117,18 +96,18 @@ class DefaultStrategy:
             due = due & (step_after % self.reset_every >= self.pause_after_reset)
         before = (state.gaussians, state.opt_state, state.stats)
         g, opt_state, stats, info = array_ops.where_tree(
-            due, self._grow_and_prune(key, tx, *before, step_after, scene_scale), before + (RefineInfo.none(),))
+            due, self._grow_and_prune(key, tx, *before, step_after, scene_extent), before + (RefineInfo.none(),))
         reset = (step_after <= self.refine_stop) & crossed(step_before, step_after, self.reset_every)
         g, opt_state = array_ops.where_tree(reset, self._reset_opacity(tx, g, opt_state), (g, opt_state))
         return state._replace(gaussians=g, opt_state=opt_state, stats=stats), info._replace(opacity_reset=reset)
 
-    def _grow_and_prune(self, key, tx, g: Gaussians, opt_state, stats, step, scene_scale):
+    def _grow_and_prune(self, key, tx, g: Gaussians, opt_state, stats, step, scene_extent):
         cap = g.capacity
         p, alive = g.params, g.alive
         n = self.n_split_samples
         avg = stats["grad2d"] / jnp.maximum(stats["count"], 1.0)
         high = (avg > self.grow_grad2d) & alive
-        small = jnp.max(jnp.exp(p["scales"]), axis=-1) <= self.grow_scale3d * scene_scale
+        small = jnp.max(jnp.exp(p["scales"]), axis=-1) <= self.grow_scale3d * scene_extent
         clone, split = high & small, high & ~small
         if "radii" in stats:  # large on screen: split too
             split = split | (alive & (step < self.refine_scale2d_stop) & (stats["radii"] > self.grow_scale2d))
@@ -175,7 +154,7 @@ class DefaultStrategy:
         alive = jnp.where(room, alive | new, alive)
         # prune (also what was just added, as gsplat does)
         prune = jax.nn.sigmoid(p["opacities"]) < self.prune_opa
-        too_big = jnp.max(jnp.exp(p["scales"]), axis=-1) > self.prune_scale3d * scene_scale
+        too_big = jnp.max(jnp.exp(p["scales"]), axis=-1) > self.prune_scale3d * scene_extent
         if "radii" in stats:
             too_big = too_big | ((step < self.refine_scale2d_stop) & (stats["radii"][src] > self.prune_scale2d))
         prune = alive & room & (prune | (too_big & (step > self.reset_every)))

@@ -5,44 +5,18 @@ regularisation in the loss.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from ... import array_ops
 from ...rendering.projection import rotmat_planes
 from ..gaussians import Gaussians
 from ..schedule import crossed
-from ..state import TrainState, gather_rows, zero_moments
+from ..state import TrainState
 from .base import RefineInfo
-
-_N_MAX = 51
-# denominator of Eq. 9 (Kheradmand et al.): sum_{i=1..r} sum_{k<i} C(i-1,k) (-1)^k / sqrt(k+1) o^(k+1)
-# = sum_{k<r} C(r, k+1) (-1)^k / sqrt(k+1) o^(k+1)  (hockey-stick identity): a table over (r, k)
-_RELOC = np.array([[math.comb(r, k + 1) * (-1) ** k / math.sqrt(k + 1) if k < r else 0.0 for k in range(_N_MAX)]
-                   for r in range(_N_MAX + 1)], np.float32)
-
-
-def relocation(opacities, scales, ratios):
-    """New opacity and scale of a Gaussian shared by `ratios` copies (gsplat's compute_relocation)."""
-    r = jnp.clip(jnp.asarray(ratios).astype(jnp.int32), 1, _N_MAX)
-    new_o = 1.0 - (1.0 - opacities) ** (1.0 / r)
-    powers = new_o[:, None] ** jnp.arange(1, _N_MAX + 1)[None]
-    denom = jnp.sum(jnp.asarray(_RELOC)[r] * powers, axis=-1)
-    return new_o, (opacities / denom)[:, None] * scales
-
-
-def sample_by_weight(key, weights, mask, n_max: int):
-    """`n_max` slot indices drawn with replacement, proportional to `weights` where `mask` is set.
-    Inverse CDF (cumsum + searchsorted): O(N log N), memory-light, unlike a Gumbel argmax."""
-    w = jnp.where(mask, jnp.maximum(weights, 0.0), 0.0)
-    cdf = array_ops.cumsum(w)
-    u = jax.random.uniform(key, (n_max,)) * cdf[-1]
-    idx = jnp.searchsorted(cdf, u, side="right")
-    return jnp.clip(idx, 0, weights.shape[0] - 1)
+from .ops import gather_rows, relocation, sample_by_weight, zero_moments
 
 
 @dataclass(frozen=True)
@@ -93,7 +67,7 @@ class MCMCStrategy:
         p["means"] = p["means"] + jnp.where(g.alive[:, None], step, 0.0)
         return Gaussians(p, g.alive)
 
-    def refine(self, key, state: TrainState, tx, step_before, scene_scale: float):
+    def refine(self, key, state: TrainState, tx, step_before, scene_extent: float):
         """Relocation and growth when a refinement step fell in (step_before, state.step]."""
         step_after = state.step
         due = (step_after > self.refine_start) & (step_after < self.refine_stop) & crossed(

@@ -11,7 +11,7 @@ import numpy as np
 
 
 def load_transforms(root, holdout_every: int = 8, downscale: int = 1):
-    """-> dict(train=(images, viewmats, Ks), test=(...), scene_scale, bbox)."""
+    """-> dict(train=(images, viewmats, Ks), test=(...), scene_extent, bbox)."""
     import cv2
     from PIL import Image
 
@@ -51,6 +51,6 @@ def load_transforms(root, holdout_every: int = 8, downscale: int = 1):
     return {
         "train": pick(~test),
         "test": pick(test),
-        "scene_scale": scene_extent(viewmats),
+        "scene_extent": scene_extent(viewmats),
         "bbox": (pos.min(0), pos.max(0)),
     }
