@@ -46,6 +46,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--train-steps", type=int, default=40)
     ap.add_argument("--train-configs", nargs="+", default=["scan-flat", "scan-standard"])
+    ap.add_argument("--modes", nargs="+", default=["forward", "fwd+bwd"], help="rasterizer modes; also: eager "
+                    "(a viewer frame: an eager call that sizes its own buffer; both trees' benchmarks need the mode)")
     a = ap.parse_args()
     print(f"# before: {a.before}; after: {HERE}; one process per figure, alternating order", flush=True)
     # a throwaway first process: the first one of a run measured slower (page cache, clocks)
@@ -54,7 +56,7 @@ def main():
     flip = False
     for n in a.sizes:
         for r in ("flat", "standard"):
-            for m in ("forward", "fwd+bwd"):
+            for m in a.modes:
                 b, f = pair(a.before, ["benchmarks.rasterizer", "--child", n, r, m, "--repeats", a.repeats], flip)
                 flip = not flip
                 assert b["intersections"] == f["intersections"], (b, f)  # the same work

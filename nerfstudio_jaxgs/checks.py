@@ -129,11 +129,14 @@ def _check_poses_spread(dataparser, frames, path) -> None:
 
 def check_scene(dataparser, data=None) -> None:
     """Raise InputError if the scene a dataparser config points at is clearly unusable."""
-    name = type(dataparser).__name__
+    from nerfstudio.data.dataparsers.blender_dataparser import BlenderDataParserConfig
+    from nerfstudio.data.dataparsers.colmap_dataparser import ColmapDataParserConfig
+    from nerfstudio.data.dataparsers.nerfstudio_dataparser import NerfstudioDataParserConfig
+
     data = Path(data or getattr(dataparser, "data", None) or "")
     if not str(data) or not data.exists():
         raise InputError(f"scene {data} does not exist")
-    if name == "NerfstudioDataParserConfig":
+    if isinstance(dataparser, NerfstudioDataParserConfig):
         path = data if data.suffix == ".json" else data / "transforms.json"
         root = path.parent
         if not path.is_file():
@@ -148,7 +151,7 @@ def check_scene(dataparser, data=None) -> None:
         _check_listed_images(cands, path)
         _check_cameras_in_json(meta, frames, path)
         _check_poses_spread(dataparser, frames, path)
-    elif name == "BlenderDataParserConfig":
+    elif isinstance(dataparser, BlenderDataParserConfig):
         path = data / "transforms_train.json"
         if not path.is_file():
             raise InputError(f"no transforms_train.json in blender scene folder {data}")
@@ -159,7 +162,7 @@ def check_scene(dataparser, data=None) -> None:
                 frames = _frames(meta, p)
                 _check_listed_images([[data / (f["file_path"].replace("./", "") + ".png")] for f in frames], p)
                 _check_cameras_in_json(meta, frames, p)
-    elif name == "ColmapDataParserConfig":
+    elif isinstance(dataparser, ColmapDataParserConfig):
         model = data / dataparser.colmap_path
         if not model.is_dir():
             raise InputError(f"no COLMAP model folder {model} (expected cameras, images and points3D .bin/.txt)")

@@ -80,7 +80,8 @@ def render() -> str:
     for n, why in settings.DATAMANAGER_UNSUPPORTED.items():
         rows.append(f"| {_flags([n])} | stops the run when set: {why} |")
     rows.append("| `--optimizers.{means,features-dc,features-rest,opacities,scales,quats,camera-opt,bilateral-grid}.*` "
-                "| Adam rate, eps and exponential decay as in splatfacto; another optimizer or scheduler stops the run |")
+                "| Adam rate, eps, exponential decay and warm-up as in splatfacto (one schedule for every group); "
+                "another optimizer or scheduler, weight decay or max-norm stops the run |")
     return "\n".join(rows) + "\n"
 
 
