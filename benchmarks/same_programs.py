@@ -1,0 +1,85 @@
+"""Whether two checkouts compile the same XLA programs: the rasterizers' forward and forward+backward
+and one training block, compiled in each tree (one process each) and compared instruction by
+instruction (source locations and metadata left out). Where the instructions are equal, the
+speed is equal whatever a noisy host's timings say; where they differ, `benchmarks.versus` times
+them.
+
+    git worktree add /tmp/before <commit>
+    python -m benchmarks.same_programs --before /tmp/before [--gaussians 10000]
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import inspect
+import json
+import os
+import re
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def instructions(compiled_text: str) -> str:
+    """The optimised HLO's instructions without source locations (file and line tables, metadata)."""
+    text = re.sub(r", metadata=\{[^}]*\}", "", compiled_text)
+    text = "\n".join(line for line in text.splitlines() if not re.match(r"^\d+ ", line))
+    return re.sub(r"stack_frame_id=\d+", "", text)
+
+
+def programs(n: int) -> dict:
+    """Runs in the child: {program: (sha1 of its instructions, number of instruction lines)}."""
+    import jax
+    import jax.numpy as jnp
+
+    from benchmarks.rasterizer import HEIGHT, WIDTH, realistic_scene
+    from benchmarks.train import build_trainer
+    from jax_backend import rasterization
+
+    # the buffer argument's name in either tree
+    kw = "isect_capacity" if "isect_capacity" in inspect.signature(rasterization).parameters else "capacity"
+    args = [jnp.asarray(a, jnp.float32) for a in realistic_scene(n)]
+    out = {}
+    for r in ("flat", "standard"):
+        def loss(means, quats, scales, opacities, colors, r=r):
+            img, _, _ = rasterization(means, quats, scales, opacities, colors, args[5], args[6], WIDTH, HEIGHT,
+                                      rasterizer=r, **{kw: 1 << 17})
+            return jnp.mean((img - 0.5) ** 2)
+
+        for mode, fn in (("forward", jax.jit(loss)), ("fwd+bwd", jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3, 4))))):
+            text = instructions(fn.lower(*args[:5]).compile().as_text())
+            out[f"rasterizer {r} {mode}, N={n}"] = (hashlib.sha1(text.encode()).hexdigest(), text.count("\n"))
+    text = instructions(build_trainer(n, "flat", 20).lower_block(20).compile().as_text())
+    out[f"training block (flat, 20 steps), N={n}"] = (hashlib.sha1(text.encode()).hexdigest(), text.count("\n"))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--before", required=True, help="a checkout of the commit to compare against")
+    ap.add_argument("--gaussians", type=int, default=10_000)
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        print(json.dumps(programs(a.gaussians)))
+        return
+    res = {}
+    for name, tree in (("before", a.before), ("after", HERE)):
+        env = {**os.environ, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"), "PYTHONPATH": str(tree)}
+        # this file is run from the after tree in both: it reads each tree's own library and benchmarks
+        out = subprocess.run([sys.executable, os.path.abspath(__file__), "--before", "-", "--child",
+                              "--gaussians", str(a.gaussians)], capture_output=True, text=True, cwd=tree, env=env)
+        if out.returncode:
+            raise RuntimeError(f"{tree} failed:\n{out.stderr[-3000:]}")
+        res[name] = json.loads(out.stdout.strip().splitlines()[-1])
+    print(f"# before: {a.before}; after: {HERE}; optimised HLO instructions compared (source locations left out)")
+    print("| program | instructions before | after | the same |")
+    print("|---|---|---|---|")
+    for prog, (digest, lines) in res["before"].items():
+        d2, l2 = res["after"][prog]
+        print(f"| {prog} | {lines} | {l2} | {'yes' if digest == d2 else 'no'} |")
+
+
+if __name__ == "__main__":
+    main()
