@@ -21,6 +21,9 @@ import sys
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+from benchmarks.versus import tree_env  # noqa: E402  (each tree's process: its own code first)
+
+
 def instructions(compiled_text: str) -> str:
     """The optimised HLO's instructions without source locations (file and line tables, metadata)."""
     text = re.sub(r", metadata=\{[^}]*\}", "", compiled_text)
@@ -66,7 +69,7 @@ def main():
         return
     res = {}
     for name, tree in (("before", a.before), ("after", HERE)):
-        env = {**os.environ, "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"), "PYTHONPATH": str(tree)}
+        env = tree_env(tree)
         # this file is run from the after tree in both: it reads each tree's own library and benchmarks
         out = subprocess.run([sys.executable, os.path.abspath(__file__), "--before", "-", "--child",
                               "--gaussians", str(a.gaussians)], capture_output=True, text=True, cwd=tree, env=env)

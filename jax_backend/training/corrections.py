@@ -10,23 +10,26 @@ a correction is (values, Adam state) under its own field, None when it is off.
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 import jax.numpy as jnp
 import optax
 
 
-class Correction:
+class Correction(ABC):
     """How a per-view correction takes part in a step. A config dataclass inherits it, sets
-    `enabled` and `optimizer` (a `optim.GroupConfig`) and overrides what applies to it."""
+    `enabled` and `optimizer` (a `optim.GroupConfig`), defines the two abstract methods and
+    overrides the hooks that apply to it (the others leave the step as it is)."""
 
     enabled = False
 
+    @abstractmethod
     def init_values(self, num_views: int):
         """The values before the first step (no correction) for `num_views` training views."""
-        raise NotImplementedError
 
+    @abstractmethod
     def state(self, values, opt_state):
         """The correction's entry in a `TrainState` (its field names are the checkpoint's)."""
-        raise NotImplementedError
 
     def viewmats(self, values, views, viewmats):
         """The world-to-camera matrices [B, 4, 4] of training views `views` as training renders them."""
