@@ -105,6 +105,63 @@ def trainer_for(method: str, n: int, num_devices: int = 1, width: int = WIDTH, h
     return tr
 
 
+def small_trainer(strategy: str = "default", corrections: bool = False, **strategy_kw):
+    """A `Trainer` of 2,000 Gaussians (2,048 slots) on 3 views of 64x48, density control live
+    (step 600), for compile checks in the tests; `corrections`: pose corrections (SO3xR3) and
+    bilateral grids on (their contractions in the program)."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jax_backend import Trainer, TrainConfig, init_from_points, make_dataset, make_strategy
+    from jax_backend.training.bilateral import BilateralGridConfig
+    from jax_backend.training.cameras import CameraOptConfig
+
+    rng = np.random.default_rng(0)
+    V, W, H, N = 3, 64, 48, 2000
+    points = rng.normal(size=(N, 3)) * 0.5
+    viewmats = np.repeat(np.eye(4, dtype=np.float32)[None], V, 0)
+    viewmats[:, 2, 3] = 3.0
+    viewmats[:, 0, 3] = np.linspace(-0.1, 0.1, V)
+    Ks = np.repeat(np.array([[[60.0, 0, 32], [0, 60.0, 24], [0, 0, 1]]], np.float32), V, 0)
+    data = make_dataset(np.zeros((V, H, W, 3), np.uint8), viewmats, Ks)
+    extra = dict(camera_opt=CameraOptConfig(mode="SO3xR3"), bilateral=BilateralGridConfig(enabled=True, shape=(4, 4, 4))) \
+        if corrections else {}
+    cfg = TrainConfig(max_steps=1000, steps_per_block=5, tile_devices=1, strategy=make_strategy(strategy, **strategy_kw),
+                      background="random", **extra)
+    capacity = 4096 if strategy_kw.get("budget") else 2048
+    tr = Trainer(cfg, data, init_from_points(points, sh_degree=3, capacity=capacity), 1.0, isect_capacity=1 << 15,
+                 log=lambda *_: None)
+    tr.state = tr.state._replace(step=jnp.int32(600))  # density control live
+    return tr
+
+
+def small_render_programs(width: int = 64, height: int = 48, n: int = 2000):
+    """{"render": the eval / viewer render (RGB + expected depth, SH 3), "raster": forward +
+    backward of a render's sum}: (function, float32 arguments) on `small_trainer`'s cameras."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from jax_backend import rasterization
+
+    rng = np.random.default_rng(0)
+    viewmat = np.eye(4, dtype=np.float32)[None]
+    viewmat[:, 2, 3] = 3.0
+    K = np.array([[[60.0, 0, 32], [0, 60.0, 24], [0, 0, 1]]], np.float32)
+    args = [np.asarray(a, np.float32) for a in (rng.normal(size=(n, 3)) * 0.5, np.tile([1.0, 0, 0, 0], (n, 1)),
+                                                np.full((n, 3), 0.02), np.full(n, 0.5), np.zeros((n, 16, 3)), viewmat, K)]
+
+    def render(m, q, s, o, c, vm, K):
+        return rasterization(m, q, s, o, c, vm, K, width, height, sh_degree=3, render_mode="RGB+ED",
+                             isect_capacity=1 << 15)[:2]
+
+    def loss(m, q, s, o, c, vm, K):
+        img, alpha, _ = rasterization(m, q, s, o, c, vm, K, width, height, sh_degree=3, isect_capacity=1 << 15)
+        return jnp.sum(img) + jnp.sum(alpha)
+
+    return {"render": (render, args), "raster": (jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4)), args)}
+
+
 def seed_program(n: int = 100_000):
     """(function, its float32 arguments) of the seed code's rasterizer, forward + backward, on the
     scene and view of `raster-flat-100k`: its parameters as it keeps them (log scales, opacity

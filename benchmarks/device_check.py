@@ -5,7 +5,7 @@ when it is importable, and the plugin's GPU path (torch and JAX on one device, D
 Writes `device_check.json` and `device_check.md` to --out; every section records its own error
 instead of stopping the run.
 
-    XLA_PYTHON_CLIENT_PREALLOCATE=false python -m benchmarks.device_check --out $OUT
+    python -m benchmarks.device_check --out $OUT
     python -m benchmarks.device_check --tiny --out /tmp/dc        # CPU rehearsal, small sizes
 """
 from __future__ import annotations
@@ -19,7 +19,8 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RASTERIZERS = ("pallas", "flat", "standard")  # pallas: the GPU default (Triton), timed beside gsplat's CUDA
+RASTERIZERS = ("pallas", "flat", "standard")
+PARAMS = ("means", "quats", "scales", "opacities", "colors")  # pallas: the GPU default (Triton), timed beside gsplat's CUDA
 sys.path.insert(0, str(ROOT / "tests"))  # reference.py, scenes.py: the independent float64 renderer
 
 
@@ -37,16 +38,18 @@ def _timed(fn, repeats: int, sync):
 
 
 def exactness(width, height, n):
-    """As tests/test_rasterizer.py's hard scene: max abs error of both rasterizers (colour and
-    alpha) against the float64 reference, and each rasterizer's gradient of the means on the
-    default device against the same on the CPU backend (relative max abs difference)."""
+    """As tests/test_rasterizer.py's hard scene: max abs error of every rasterizer (colour and
+    alpha) against the float64 reference; each rasterizer's gradients of every parameter on the
+    default device against the same program built for and run on the CPU (relative max abs
+    difference), and whether a second run on the device gives the same bits (the Pallas backward
+    adds with atomics, whose order a GPU does not fix: docs/gpu.md)."""
     import jax
     import jax.numpy as jnp
     import numpy as np
     from reference import render as reference
     from scenes import cameras, hard_scene
 
-    from jax_backend import rasterization
+    from jax_backend import compile_for, rasterization
 
     s = hard_scene(n=n)
     vms, Ks = cameras(width, height, n=3)
@@ -62,17 +65,21 @@ def exactness(width, height, n):
                       float(np.abs(np.asarray(alpha[c, ..., 0]) - ref_alpha).max()))
         out[f"{r}_max_abs_error"] = err
 
-        def grad(device, r=r):
-            with jax.default_device(device):
-                def loss(means):
-                    im, _, _ = rasterization(means, s["quats"], s["scales"], s["opacities"], s["colors"], vms, Ks,
-                                             width, height, rasterizer=r)
-                    return jnp.mean(im ** 2)
+        def grads(r=r):
+            def loss(m, q, sc, o, c):
+                im, a, _ = rasterization(m, q, sc, o, c, vms, Ks, width, height, rasterizer=r)
+                return jnp.mean(im ** 2) + jnp.mean(a)
 
-                return np.asarray(jax.grad(loss)(jnp.asarray(s["means"], jnp.float32)))
+            g = jax.grad(loss, argnums=(0, 1, 2, 3, 4))(*[jnp.asarray(s[k], jnp.float32) for k in PARAMS])
+            return {k: np.asarray(v) for k, v in zip(PARAMS, g)}
 
-        here, cpu = grad(jax.devices()[0]), grad(jax.devices("cpu")[0])
-        out[f"{r}_grad_vs_cpu_rel"] = float(np.abs(here - cpu).max()) / max(float(np.abs(cpu).max()), 1e-12)
+        here, again = grads(), grads()
+        cpu_device = jax.devices("cpu")[0]
+        with compile_for([cpu_device]), jax.default_device(cpu_device):  # built as for the CPU (pallas: interpreted)
+            cpu = grads()
+        for k in PARAMS:  # every parameter's gradient against the CPU's, and a second run on the device against the first
+            out[f"{r}_grad_{k}_vs_cpu_rel"] = float(np.abs(here[k] - cpu[k]).max()) / max(float(np.abs(cpu[k]).max()), 1e-12)
+            out[f"{r}_grad_{k}_repeat_bit_identical"] = bool(np.array_equal(here[k], again[k]))
     return out
 
 
@@ -192,6 +199,9 @@ def main():
     ap.add_argument("--tiny", action="store_true", help="CPU rehearsal sizes")
     ap.add_argument("--repeats", type=int, default=5)
     a = ap.parse_args()
+    from jax_backend import share_gpu_memory
+
+    share_gpu_memory()  # as the plugin does before JAX starts: torch shares the GPU in the plugin section
     import jax
 
     out = Path(a.out)

@@ -161,3 +161,4 @@ def measure_trips(fn, *args) -> dict:
         jax.lax.while_loop = original
         jax.clear_caches()
     return {side: float(np.mean(v)) for side, v in record.items()}
+

@@ -5,7 +5,7 @@ Import everything a user needs from here:
     from jax_backend import rasterization                      # render (gsplat's signature)
     from jax_backend import Trainer, TrainConfig, make_dataset, make_strategy, init_from_points
 
-Packages: `devices` (which devices a run uses and compiles for, placement), `rendering` (projection, SH, binning, the blend rule, the two rasterizers and the entry
+Packages: `devices` (which devices a run uses and compiles for, placement), `rendering` (projection, SH, binning, the blend rule, the three rasterizers and the entry
 point), `training` (Gaussians, loss, optimizer, strategies, data, step, trainer), `files` (PLY,
 checkpoints, atomic and background writes).
 
@@ -36,6 +36,7 @@ _EXPORTS = {
     "compile_for": "devices",
     "tile_copies": "devices",
     "topology_devices": "devices",
+    "share_gpu_memory": "devices",
     "use_cpu_cores": "devices",
     "Dataset": "training.data",
     "ViewPlan": "training.data",

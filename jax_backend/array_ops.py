@@ -16,6 +16,23 @@ from . import devices
 
 BLOCK = 1024  # elements per block of a blocked prefix
 
+# Contractions at float32 on every platform. At the default precision a TPU multiplies float32
+# operands in bfloat16 and a GPU may use TF32 (a 10-bit mantissa); jax-gs's contractions are
+# small (3x3 camera algebra, the SSIM window), so full precision costs little and is stated where
+# each one is written: `einsum` and `matmul` here, `precision=F32` on a convolution. Everything
+# else is written elementwise. `tests/test_precision.py` finds any other.
+F32 = jax.lax.Precision.HIGHEST
+
+
+def einsum(spec: str, *operands):
+    """`jnp.einsum` with float32 products on every platform (`F32`)."""
+    return jnp.einsum(spec, *operands, precision=F32)
+
+
+def matmul(a, b):
+    """`a @ b` with float32 products on every platform (`F32`)."""
+    return jnp.matmul(a, b, precision=F32)
+
 
 def _blocked(op, combine, identity, x):
     n = x.shape[0]

@@ -115,6 +115,29 @@ def use_cpu_cores() -> int:
     return n
 
 
+# -- GPU memory beside another framework
+GPU_ALLOCATOR_PREFIX = "XLA_PYTHON_CLIENT_"  # JAX's GPU allocator settings (PREALLOCATE, MEM_FRACTION, ALLOCATOR)
+GPU_ALLOCATOR_SHARED = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+
+
+def share_gpu_memory() -> dict:
+    """Let JAX take GPU memory as it needs it instead of 75% of the GPU at start (JAX's default),
+    so that another framework on the same GPU (torch, holding nerfstudio's images and cameras) keeps
+    what it holds and can grow. Must run before JAX starts its backends (they read the settings
+    then); changes nothing when any `XLA_PYTHON_CLIENT_*` variable is already set (the user's
+    choice) or the backends have started. No effect on a CPU or a TPU.
+
+    Returns:
+      the variables set, {} when nothing was changed.
+    """
+    from jax._src import xla_bridge
+
+    if any(k.startswith(GPU_ALLOCATOR_PREFIX) for k in os.environ) or xla_bridge.backends_are_initialized():
+        return {}
+    os.environ.update(GPU_ALLOCATOR_SHARED)
+    return dict(GPU_ALLOCATOR_SHARED)
+
+
 def cores_for_tiles() -> int:
     """Cores one process deals a view's tiles over by default: `$JAXGS_TILE_DEVICES` when set (a
     positive whole number: e.g. 1 where several jobs already share the cores, as the test suite's

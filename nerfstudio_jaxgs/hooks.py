@@ -11,6 +11,10 @@ When a jax-gs pipeline is built (`install_pipeline_hooks`, from `JaxGSPipeline._
 ns-viewer, ns-export, ns-eval and ns-render of a jax-gs config; never for another method):
 - JAX's persistent compilation cache (`jax_backend.enable_compilation_cache`): every ns-* command
   loads the programs an earlier run compiled instead of compiling them again.
+- JAX takes GPU memory as it needs it (`jax_backend.share_gpu_memory`:
+  XLA_PYTHON_CLIENT_PREALLOCATE=false), not 75% of the GPU at start: nerfstudio keeps its images
+  and cameras on the same GPU with torch. Before JAX starts its backends; left alone when the user
+  set any XLA_PYTHON_CLIENT_* variable.
 - On a CPU, one JAX device per core (`jax_backend.use_cpu_cores`): training deals each view's
   tiles over the cores. Before JAX starts its backends; an XLA_FLAGS device count is left alone.
 - `ExportGaussianSplat.write_ply` (ns-export only) becomes `export.write_ply_atomic`: the output
@@ -89,9 +93,10 @@ def install_first_view() -> None:
 
 def install_pipeline_hooks() -> None:
     """Everything a jax-gs pipeline needs, once per process (see the module docstring)."""
-    from jax_backend import enable_compilation_cache, use_cpu_cores
+    from jax_backend import enable_compilation_cache, share_gpu_memory, use_cpu_cores
 
     install_excepthook()
+    share_gpu_memory()  # first: nothing below may start a JAX backend before it
     enable_compilation_cache()
     use_cpu_cores()
     install_atomic_export()

@@ -1,8 +1,9 @@
 """Every program kind jax-gs runs keeps compiling for TPU and GPU: a small train block (with density
-control), density control alone and an eval render, compiled on this CPU for TPU v5e and v6e topologies
+control, pose corrections and bilateral grids), density control alone and an eval render, compiled on this CPU for TPU v5e and v6e topologies
 (deviceless, through libtpu: `pip install -e ".[tpu]"`) and for an H200 (XLA's GPU compiler:
-`pip install -e ".[gpu]"`), in a child process (the plugin is loaded there only). The full-size
-table is `benchmarks/accelerator_compile.py`'s."""
+`pip install -e ".[gpu]"`), in a child process (the plugin is loaded there only). On every
+target the compiled blocks and renders hold no default-precision float32 contraction and no host
+traffic. The full-size table is `benchmarks/accelerator_compile.py`'s."""
 import json
 import os
 import subprocess
@@ -22,58 +23,56 @@ try:
 except Exception as e:  # libtpu or the CUDA plugin missing or unable to load
     print("SKIP " + (str(e).strip().splitlines() or [type(e).__name__])[0][:200]); sys.exit(0)
 import jax, jax.numpy as jnp
-from benchmarks import launches
-from jax_backend import (Trainer, TrainConfig, compile_for, init_from_points, make_dataset, make_strategy,
-                         rasterization)
+from benchmarks import hlo_checks, launches
+from benchmarks.accelerator_compile import small_render_programs, small_trainer
+from jax_backend import compile_for
 from jax_backend.devices import abstract, lowering_platform, platform
 gpu = target[0].platform == "gpu"
 
 def census(compiled):
     text = compiled.as_text()
     count = launches.launches(text)
-    return {"temp": compiled.memory_analysis().temp_size_in_bytes, "sorts": text.count(" sort("),
-            "whiles": count.while_loops, "data_dependent": count.data_dependent,
-            "triton": text.count("__gpu$xla.gpu.triton")}
+    out = {"temp": compiled.memory_analysis().temp_size_in_bytes, "sorts": text.count(" sort("),
+           "whiles": count.while_loops, "data_dependent": count.data_dependent,
+           "triton": text.count("__gpu$xla.gpu.triton"),
+           "default_precision": hlo_checks.default_precision_contractions(text),
+           "host_traffic": hlo_checks.host_traffic(text)}
+    if gpu:
+        out["triton_writes"] = [hlo_checks.memory_ops(m) for m in hlo_checks.triton_modules(text)]
+        out["order_dependent_scatters"] = hlo_checks.order_dependent_scatters(text)
+    return out
 
-rng = np.random.default_rng(0)
-V, W, H, N = 3, 64, 48, 2000
-points = rng.normal(size=(N, 3)) * 0.5
-viewmats = np.repeat(np.eye(4, dtype=np.float32)[None], V, 0)
-viewmats[:, 2, 3] = 3.0
-viewmats[:, 0, 3] = np.linspace(-0.1, 0.1, V)
-Ks = np.repeat(np.array([[[60.0, 0, 32], [0, 60.0, 24], [0, 0, 1]]], np.float32), V, 0)
-data = make_dataset(np.zeros((V, H, W, 3), np.uint8), viewmats, Ks)
 out = {}
-for name in ("default", "mcmc"):
-    cfg = TrainConfig(max_steps=1000, steps_per_block=5, tile_devices=1, strategy=make_strategy(name),
-                      background="random")
-    tr = Trainer(cfg, data, init_from_points(points, sh_degree=3, capacity=2048), 1.0, isect_capacity=1 << 15,
-                 log=lambda *_: None)
-    tr.state = tr.state._replace(step=jnp.int32(600))  # density control live
+for name in ("default", "mcmc"):  # the default block with pose corrections and bilateral grids (their contractions)
+    tr = small_trainer(name, corrections=name == "default")
     out[name] = census(tr.lower_block(5, target).compile())
     if name == "default":
         refine = tr.lower_refine(target).compile()
         out["refine_temp"] = refine.memory_analysis().temp_size_in_bytes
-cfg = TrainConfig(max_steps=1000, steps_per_block=5, tile_devices=1, strategy=make_strategy("default", budget=3000))
-tr = Trainer(cfg, data, init_from_points(points, sh_degree=3, capacity=4096), 1.0, isect_capacity=1 << 15,
-             log=lambda *_: None)
-out["budget_refine_sorts"] = tr.lower_refine(target).compile().as_text().count(" sort(")
+out["budget_refine_sorts"] = small_trainer("default", budget=3000).lower_refine(target).compile().as_text().count(" sort(")
 
-def render(m, q, s, o, c, vm, K):
-    return rasterization(m, q, s, o, c, vm, K, W, H, sh_degree=3, render_mode="RGB+ED", isect_capacity=1 << 15)[:2]
+def lower(fn, args):
+    spec = abstract(args, jax.sharding.SingleDeviceSharding(target[0]))
+    return jax.jit(fn).trace(*spec).lower(lowering_platforms=(lowering_platform(target[0]),))
 
-def loss(m, q, s, o, c, vm, K):
-    img, alpha, _ = rasterization(m, q, s, o, c, vm, K, W, H, sh_degree=3, isect_capacity=1 << 15)
-    return jnp.sum(img) + jnp.sum(alpha)
-
-args = (points, np.tile([1.0, 0, 0, 0], (N, 1)), np.full((N, 3), 0.02), np.full(N, 0.5), np.zeros((N, 16, 3)),
-        viewmats[:1], Ks[:1])
 lowered = {}
 with compile_for(target[:1]):
     out["platform_inside"] = platform()
-    spec = abstract([np.asarray(a, np.float32) for a in args], jax.sharding.SingleDeviceSharding(target[0]))
-    for name, fn in (("render", render), ("raster", jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4)))):
-        lowered[name] = jax.jit(fn).trace(*spec).lower(lowering_platforms=(lowering_platform(target[0]),))
+    for name, (fn, args) in small_render_programs().items():
+        lowered[name] = lower(fn, args)
+    # the checkers can fail on this target's text: a float32 dot at default precision, a host callback
+    a = np.ones((128, 128), np.float32)
+    lowered["probe_dot"] = lower(lambda x, y: jnp.dot(x, y) + jnp.dot(x, y, precision="highest"), [a, a])
+    # a host callback, else (a compile-only GPU cannot lower one: it asks for a GPU backend) a move to host memory
+    out["probe_host"] = None
+    for probe in (lambda x: jax.pure_callback(np.sin, jax.ShapeDtypeStruct(x.shape, x.dtype), x) * 2,
+                  lambda x: jax.device_put(x * 2, jax.sharding.SingleDeviceSharding(target[0], memory_kind="pinned_host"))):
+        try:
+            out["probe_host"] = hlo_checks.host_traffic(lower(probe, [a]).compile().as_text())
+        except Exception as e:
+            out.setdefault("probe_host_errors", []).append(str(e).splitlines()[0][:200])
+        if out["probe_host"]:
+            break
 out["platform_after"] = platform()
 for name, low in lowered.items():
     out[name] = census(low.compile())
@@ -96,7 +95,23 @@ def _compiled(target: str, required_by: str, what: str) -> dict:
     out = json.loads(last)
     # the programs were built for the target's platform, and only inside compile_for
     assert out["platform_after"] == "cpu"
+    _no_default_precision_and_no_host_traffic(out)
     return out
+
+
+def _no_default_precision_and_no_host_traffic(out: dict):
+    """The train blocks, the render and a render's backward hold no float32 dot or convolution at
+    the platform's default precision (bfloat16 products on a TPU, TF32 on a GPU) and nothing that
+    waits on the host (`benchmarks.hlo_checks`); the checkers find both in the probes built to
+    have them."""
+    assert len(out["probe_dot"]["default_precision"]) == 1, out["probe_dot"]
+    if out["platform_inside"] == "tpu":
+        assert out["probe_host"], out  # its move to pinned host memory
+    else:  # compile-only GPU: neither a callback nor host memory can be built (a block with one would not compile)
+        assert out["probe_host"] in (None, []), out
+    for name in ("default", "mcmc", "render", "raster"):
+        assert out[name]["default_precision"] == [], (name, out[name]["default_precision"])
+        assert out[name]["host_traffic"] == [], (name, out[name]["host_traffic"])
 
 
 @pytest.mark.slow
@@ -120,10 +135,20 @@ def test_train_block_density_control_and_render_compile_for_tpu(topology):
 def test_train_block_and_render_compile_for_h200_with_one_kernel_per_compositing_pass():
     """For a GPU the default rasterizer is the Pallas one: its forward and backward are one Triton
     kernel each, and a render's forward + backward holds no XLA while loop (the XLA rasterizers'
-    walks are loops of kernel launches there: `benchmarks/launches.py`)."""
+    walks are loops of kernel launches there: `benchmarks/launches.py`); the backward adds its
+    sums atomically (`tests/kernel_races.py` checks the jaxpr, this the Triton module)."""
     out = _compiled("h200", "JAXGS_REQUIRE_GPU_COMPILE", "the CUDA plugin (jax[cuda13])")
     assert out["platform_inside"] == "gpu"
     assert out["render"]["triton"] == 1 and out["render"]["whiles"] == 0, out
     assert out["raster"]["triton"] == 2 and out["raster"]["whiles"] <= 2 and out["raster"]["data_dependent"] == 0, out
     for name in ("default", "mcmc"):  # one step's forward and backward kernels inside the block's scan
         assert out[name]["triton"] == 2 and out[name]["data_dependent"] == 0, out
+    # in the Triton modules: the forward stores each program's own rows, the backward's per-Gaussian
+    # sums are atomic adds (tt.atomic_rmw fadd: 6 packed parameters + 3 colours + 2 |d means2d|), no store
+    forward, backward = out["raster"]["triton_writes"]
+    assert forward["store"] > 0 and forward["atomic_fadd"] == 0, out["raster"]
+    assert backward == {"store": 0, "atomic_fadd": 11, "atomic_other": 0}, out["raster"]
+    # and they are the blocks' only updates in no fixed order: no scatter that may land two on one place
+    # (docs/gpu.md, "What is and is not bit-identical on a GPU")
+    for name in ("default", "mcmc", "raster"):
+        assert out[name]["order_dependent_scatters"] == [], (name, out[name]["order_dependent_scatters"])

@@ -68,3 +68,34 @@ def test_no_other_plugin_module_patches_anything():
                  for lines in [_assignments_to_foreign_attributes(p)] if lines}
     assert not offenders, f"assignments to imported modules' attributes outside hooks.py: {offenders}"
     assert _assignments_to_foreign_attributes(PLUGIN / "hooks.py")  # the check finds hooks.py's own patches
+
+
+_ALLOCATOR_CHILD = """
+import json, os
+import nerfstudio.scripts.train  # what ns-train imports before it builds the pipeline (the method configs too)
+from jax._src import xla_bridge
+started = xla_bridge.backends_are_initialized()
+from nerfstudio_jaxgs import hooks
+hooks.install_pipeline_hooks()
+import jax
+jax.devices()  # the backends start here, after the hooks
+print(json.dumps({"started_before": started,
+                  "env": {k: v for k, v in os.environ.items() if k.startswith("XLA_PYTHON_CLIENT_")}}))
+"""
+
+
+@pytest.mark.parametrize("user", [{}, {"XLA_PYTHON_CLIENT_MEM_FRACTION": ".5"}, {"XLA_PYTHON_CLIENT_PREALLOCATE": "true"}])
+def test_gpu_allocator_shares_the_gpu_with_torch_unless_the_user_chose(user):
+    """JAX would take 75% of a GPU at start, beside torch's images: the pipeline's hooks make it
+    allocate on demand before any JAX backend starts, unless the user set XLA_PYTHON_CLIENT_*."""
+    import json
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("XLA_PYTHON_CLIENT_")}
+    env.update(user, JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", _ALLOCATOR_CHILD], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["started_before"] is False  # nothing ns-train imports starts JAX first
+    assert out["env"] == (user or {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"})

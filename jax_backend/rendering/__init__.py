@@ -1,5 +1,5 @@
 """Rendering: projection (EWA), spherical harmonics, tile binning, the per-pixel blend rule, the
-two rasterizers (flat and standard) behind one custom_vjp, and the `rasterization` entry point.
+three rasterizers (flat, standard and pallas) behind one custom_vjp, and the `rasterization` entry point.
 
 Layers, bottom up (each imports only those below it): projection, sh, tiles -> binning, blend ->
 rasterize_flat, rasterize_standard -> composite -> rasterization."""

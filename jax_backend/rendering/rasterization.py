@@ -85,7 +85,7 @@ def _render_one(rc: RenderConfig, means, quats, scales, opacities, colors, viewm
     proj = project_gaussians(means, quats, scales, opacities, viewmat, K, grid.width, grid.height, rc.near_plane,
                              rc.eps2d, rc.rasterize_mode)
     if rc.use_sh:
-        campos = -viewmat[:3, :3].T @ viewmat[:3, 3]
+        campos = -jnp.sum(viewmat[:3, :3] * viewmat[:3, 3:], 0)  # -R^T t, elementwise (float32 everywhere)
         colors = sh_to_color(colors, means - campos, active_degree=sh_degree)
     # the binning and every tile need all Gaussians (a training step splits them over the tile devices).
     # The boxes are never differentiated: kept out of the gradient, whose zeros would otherwise meet

@@ -5,8 +5,9 @@ vector of the tile's S*S pixels, with the blend rule of `blend.py` (the same fun
 XLA rasterizers, fed one Gaussian's scalars): forward front to back until every pixel of the tile
 is saturated or the list ends; backward back to front from the tile's deepest last contributor,
 recovering the transmittance, and adding each Gaussian's per-tile gradient sums into the
-per-Gaussian rows with `+=` on the output (an atomic add in the Triton lowering, as gsplat's
-backward does). On a GPU each pass is one kernel launch with no XLA loop around it: the two XLA
+per-Gaussian rows with atomic adds (`_atomic_add`; the tiles' programs run at once on a GPU and
+share Gaussians), as gsplat's backward does: the order of the additions, and so the last bits of a
+gradient, is not fixed on a GPU (`docs/gpu.md`). On a GPU each pass is one kernel launch with no XLA loop around it: the two XLA
 rasterizers are loops of small kernels there (`docs/gpu.md`).
 
 Lowering follows the platform the program is built for (`devices.platform`): Triton on a GPU
@@ -35,6 +36,16 @@ def _pallas():
     from jax.experimental import pallas as pl  # imported on first use: the XLA rasterizers do not need it
 
     return pl
+
+
+def _atomic_add(ref, idx, value):
+    """ref[idx] += value as one atomic read-modify-write (`atomic_rmw`: Triton's `tt.atomic_rmw
+    fadd` on a GPU; in interpret mode a read and a write, into an output that starts as aliased
+    zeros). A plain `ref[idx] += value` is a load and a store: two programs adding into one place
+    at once on a GPU lose one of the two (`tests/kernel_races.py` finds such stores)."""
+    from jax.experimental.pallas import triton as pltriton
+
+    pltriton.atomic_add(ref, idx, value)
 
 
 def _lowering() -> dict:
@@ -128,7 +139,14 @@ def pallas_forward(cfg, geom, feats, ids, tiles: Tiles) -> BlendState:
     return BlendState(T=T, color=jnp.stack(color), last=last, done=done != 0)
 
 
-def _backward_kernel(ch, start_ref, ids_ref, table_ref, x_ref, y_ref, last_ref, T_ref, dA_ref, *refs):
+def add_atomic(acc_ref, gid, slot, k, value):
+    """How the backward's sums land (the `add` of `_backward_kernel`): Gaussian `gid`'s row k
+    gains `value` atomically; `slot` (its place in the sorted intersection list) is not needed."""
+    del slot
+    _atomic_add(acc_ref, (gid, jnp.int32(k)), value)
+
+
+def _backward_kernel(ch, add, start_ref, ids_ref, table_ref, x_ref, y_ref, last_ref, T_ref, dA_ref, *refs):
     dC_refs, behind_refs, (acc_in_ref, acc_ref) = refs[:ch], refs[ch:2 * ch], refs[2 * ch:]
     del acc_in_ref  # aliased to acc_ref: the zeros the sums are added to
     t = _pallas().program_id(0)
@@ -144,8 +162,8 @@ def _backward_kernel(ch, start_ref, ids_ref, table_ref, x_ref, y_ref, last_ref, 
         g, f = _load(table_ref, gid, ch)
         st, grads = blend_backward(st, px, Splat(g, f, p, True), cot)
         sums = [jnp.sum(v) for v in grads.geom + grads.feats + grads.abs_means]  # blend.gradient_rows order
-        for k, v in enumerate(sums):
-            acc_ref[gid, k] += v
+        for k, v in enumerate(sums):  # other tiles' programs add into the same row at the same time
+            add(acc_ref, gid, start + p, k, v)
         return p, st
 
     init = (jnp.max(last), BackState(T=cot.T_final, behind=tuple(r[...] for r in behind_refs)))
@@ -153,17 +171,23 @@ def _backward_kernel(ch, start_ref, ids_ref, table_ref, x_ref, y_ref, last_ref, 
 
 
 def pallas_backward(cfg, geom, feats, ids, tiles: Tiles, cot: PixelCotangents, behind0):
-    """Back-to-front walk, one kernel program per tile; the per-Gaussian sums added into one
-    [N, GEOM + ch + 2] output. Arguments and result as `rasterize_flat.flat_backward`."""
-    pl = _pallas()
+    """Back-to-front walk, one kernel program per tile; the per-Gaussian sums added atomically into
+    one [N, GEOM + ch + 2] output. Arguments and result as `rasterize_flat.flat_backward`."""
     ch, n = feats.shape
+    return split_rows(backward_call(geom, feats, ids, tiles, cot, behind0, add_atomic, gradient_rows(n, ch)), ch)
+
+
+def backward_call(geom, feats, ids, tiles: Tiles, cot: PixelCotangents, behind0, add, zeros):
+    """The backward kernel over every tile, its sums landing in `zeros` (aliased to the output) by
+    `add(acc_ref, gid, slot, k, value)` (`add_atomic`: rows per Gaussian)."""
+    pl = _pallas()
+    ch = feats.shape[0]
     num_tiles = tiles.px.x.shape[0]
     rows = [_padded(a) for a in (tiles.px.x, tiles.px.y, cot.last, cot.T_final, cot.dA)]
     rows += [_padded(a[i]) for a in (cot.dC, behind0) for i in range(ch)]
     whole = [tiles.start, ids, _table(geom, feats)]
-    zeros = gradient_rows(n, ch)  # the sums are added to these (aliased to the output)
-    acc = pl.pallas_call(
-        partial(_backward_kernel, ch),
+    return pl.pallas_call(
+        partial(_backward_kernel, ch, add),
         grid=(num_tiles,),
         in_specs=[_whole()] * len(whole) + [_row_spec(rows[0].shape[1])] * len(rows) + [_whole()],
         out_specs=_whole(),
@@ -172,4 +196,3 @@ def pallas_backward(cfg, geom, feats, ids, tiles: Tiles, cot: PixelCotangents, b
         **_lowering(),
         name="jaxgs_composite_backward",
     )(*whole, *rows, zeros)
-    return split_rows(acc, ch)

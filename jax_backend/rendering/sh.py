@@ -76,4 +76,6 @@ def sh_to_color(coeffs: jnp.ndarray, dirs: jnp.ndarray, active_degree=None) -> j
     basis = sh_basis(dirs, degree)
     if active_degree is not None:
         basis = basis * band_mask(degree, active_degree)
-    return jnp.maximum(jnp.einsum("nk,nkc->nc", basis, coeffs) + 0.5, 0.0)
+    # the sum over bases elementwise: float32 on every platform (a dot at default precision would
+    # multiply in bfloat16 on a TPU: docs/tpu.md)
+    return jnp.maximum(jnp.sum(basis[..., None] * coeffs, -2) + 0.5, 0.0)

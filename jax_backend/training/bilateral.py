@@ -86,7 +86,7 @@ def slice_grid(grid, rgb):
     h, w, _ = rgb.shape
     x0, fx = _axis(jnp.linspace(0.0, 1.0, w), Wg)
     y0, fy = _axis(jnp.linspace(0.0, 1.0, h), Hg)
-    z0, fz = _axis(rgb @ _GRAY, L)  # [h, w]
+    z0, fz = _axis(jnp.sum(rgb * _GRAY, -1), L)  # [h, w]: luminance
     x0, fx = jnp.broadcast_to(x0[None, :], (h, w)), jnp.broadcast_to(fx[None, :], (h, w))
     y0, fy = jnp.broadcast_to(y0[:, None], (h, w)), jnp.broadcast_to(fy[:, None], (h, w))
     cells = jnp.moveaxis(grid, 0, -1)  # [L, H, W, 12]
@@ -98,7 +98,7 @@ def slice_grid(grid, rgb):
                 wgt = (fz if dz else 1 - fz) * (fy if dy else 1 - fy) * (fx if dx else 1 - fx)
                 A = A + wgt[..., None] * cells[z0 + dz * step(L), y0 + dy * step(Hg), x0 + dx * step(Wg)]
     A = A.reshape(h, w, 3, 4)
-    return jnp.einsum("hwij,hwj->hwi", A[..., :3], rgb) + A[..., 3]
+    return jnp.sum(A[..., :3] * rgb[..., None, :], -1) + A[..., 3]  # A rgb + b, elementwise (float32 everywhere)
 
 
 def total_variation(grids):

@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
+from ..array_ops import einsum, matmul
 from .corrections import Correction
 from .optim import GroupConfig
 
@@ -70,7 +71,7 @@ def exp_so3(w):
     clamped below at 0.01 as nerfstudio does, which keeps it finite and smooth at 0)."""
     theta = jnp.sqrt(jnp.maximum(jnp.sum(w * w, -1), 1e-4))[..., None, None]
     K = _skew(w)
-    return jnp.eye(3) + jnp.sin(theta) / theta * K + (1.0 - jnp.cos(theta)) / theta**2 * (K @ K)
+    return jnp.eye(3) + jnp.sin(theta) / theta * K + (1.0 - jnp.cos(theta)) / theta**2 * matmul(K, K)
 
 
 def pose_corrections(deltas, mode: str):
@@ -80,8 +81,8 @@ def pose_corrections(deltas, mode: str):
     if mode == "SE3":
         theta = jnp.sqrt(jnp.maximum(jnp.sum(w * w, -1), 1e-4))[..., None, None]
         K = _skew(w)
-        V = jnp.eye(3) + (1.0 - jnp.cos(theta)) / theta**2 * K + (theta - jnp.sin(theta)) / theta**3 * (K @ K)
-        t = (V @ t[..., None])[..., 0]
+        V = jnp.eye(3) + (1.0 - jnp.cos(theta)) / theta**2 * K + (theta - jnp.sin(theta)) / theta**3 * matmul(K, K)
+        t = matmul(V, t[..., None])[..., 0]
     elif mode != "SO3xR3":
         raise ValueError(f"no pose corrections in mode {mode!r}")
     return R, t
@@ -92,9 +93,9 @@ def corrected_viewmats(viewmats, deltas, mode: str):
     [R_adj R | c + t_adj] (nerfstudio's `apply_to_camera`)."""
     R_adj, t_adj = pose_corrections(deltas, mode)
     R, t = viewmats[..., :3, :3], viewmats[..., :3, 3]
-    c = -jnp.einsum("...ji,...j->...i", R, t)  # camera centre R^T (-t)
-    R_new = R @ jnp.swapaxes(R_adj, -1, -2)  # world-to-camera rotation of R_adj R^T
-    t_new = -jnp.einsum("...ij,...j->...i", R_new, c + t_adj)
+    c = -einsum("...ji,...j->...i", R, t)  # camera centre R^T (-t)
+    R_new = matmul(R, jnp.swapaxes(R_adj, -1, -2))  # world-to-camera rotation of R_adj R^T
+    t_new = -einsum("...ij,...j->...i", R_new, c + t_adj)
     top = jnp.concatenate([R_new, t_new[..., None]], -1)
     bottom = jnp.broadcast_to(jnp.array([0.0, 0.0, 0.0, 1.0], viewmats.dtype), top.shape[:-2] + (1, 4))
     return jnp.concatenate([top, bottom], -2)

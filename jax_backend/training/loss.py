@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import devices
+from ..array_ops import F32
 
 SSIM_C1 = 0.01**2
 SSIM_C2 = 0.03**2
@@ -79,8 +80,8 @@ def _blur_by_convolutions(maps, window, padding):
     out = []
     for x in maps:
         x = jnp.moveaxis(x, -1, 0)[:, None]  # [C, 1, H, W]
-        x = jax.lax.conv_general_dilated(x, wx, (1, 1), pad, dimension_numbers=dn)
-        x = jax.lax.conv_general_dilated(x, wy, (1, 1), pad, dimension_numbers=dn)
+        x = jax.lax.conv_general_dilated(x, wx, (1, 1), pad, dimension_numbers=dn, precision=F32)
+        x = jax.lax.conv_general_dilated(x, wy, (1, 1), pad, dimension_numbers=dn, precision=F32)
         out.append(jnp.moveaxis(x[:, 0], 0, -1))
     return out
 

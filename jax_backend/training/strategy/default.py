@@ -135,7 +135,7 @@ class DefaultStrategy:
 
             def sample(q, log_s, k):
                 s = jnp.exp(log_s)
-                return jnp.einsum("nij,nj->ni", quat_to_rotmat(q), s * jax.random.normal(k, s.shape))
+                return jnp.sum(quat_to_rotmat(q) * (s * jax.random.normal(k, s.shape))[:, None, :], -1)  # R v, elementwise
 
             own = sample(p["quats"], p["scales"], k1)  # the parent's sample
             drawn = sample(child["quats"], child["scales"], k2)  # each new slot's, in its parent's frame

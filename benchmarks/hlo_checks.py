@@ -1,0 +1,112 @@
+"""What a compiled (or lowered) program does that the source does not say, read from its text:
+contractions at default precision, traffic with the host, and the Triton kernels' memory writes.
+
+- `default_precision_contractions`: float32 dots and convolutions whose precision is the
+  platform's default. At that precision a TPU multiplies float32 operands in bfloat16 (one pass of
+  its MXU) and a GPU may use TF32; every contraction jax-gs writes states float32 products
+  (`jax_backend.array_ops.F32`) or is elementwise. Reads StableHLO (`lowered.as_text()`) and
+  optimised HLO (`compiled.as_text()`: for TPU XLA writes dots as `convolution`, for a GPU cuDNN
+  convolutions are custom calls).
+- `host_traffic`: instructions that wait on or send to the host: infeed, outfeed, send, recv,
+  Python callbacks (`jax.debug.print`, `pure_callback`, ...), moves to host memory. A train block
+  compiled in one XLA program should hold none.
+- `order_dependent_scatters`: scatters that may land two updates on one place, in no fixed order
+  on a GPU.
+- `triton_modules` / `memory_ops`: the MLIR of each Pallas kernel compiled for a GPU, and its
+  global stores and atomic adds.
+"""
+from __future__ import annotations
+
+import re
+
+_HLO_CONTRACTION = re.compile(r"=\s*\(?f32\[[^=]*?\s(dot|convolution|custom-call)\(")
+_CUDNN_CONV = re.compile(r'custom_call_target="__cudnn\$conv')
+_HLO_F32_PRECISION = "operand_precision={highest,highest}"
+_SHLO_CONTRACTION = re.compile(r"stablehlo\.(dot_general|convolution)\b")
+_SHLO_F32_PRECISION = re.compile(r"precision = \[HIGHEST, HIGHEST\]|precision HIGHEST>, #stablehlo<precision HIGHEST>")
+
+
+def default_precision_contractions(text: str) -> list:
+    """The float32 dot and convolution instructions of StableHLO or HLO text that carry the default
+    precision, each as its line (stripped, cut at 300 characters)."""
+    found = []
+    for line in text.splitlines():
+        if _SHLO_CONTRACTION.search(line):
+            if "xf32>" in line and not _SHLO_F32_PRECISION.search(line):
+                found.append(line.strip()[:300])
+            continue
+        m = _HLO_CONTRACTION.search(line)
+        if not m or (m.group(1) == "custom-call" and not _CUDNN_CONV.search(line)):
+            continue
+        if _HLO_F32_PRECISION not in line and "algorithm=dot_f32_f32_f32" not in line:
+            found.append(line.strip()[:300])
+    return found
+
+
+_HOST_OPCODES = re.compile(r"=\s.*?\s(infeed|outfeed|send|recv|host-compute)\(")
+_HOST_TARGETS = re.compile(r'custom_call_target="([^"]*(?:callback|Callback|MoveToHost|host)[^"]*)"')
+_HOST_MEMORY = re.compile(r"\{[0-9,]*(?::[^}]*)?S\(5\)")  # memory space 5: pinned host memory
+
+
+def host_traffic(text: str) -> list:
+    """The instructions of optimised HLO text that exchange data with the host, each as its line
+    (stripped, cut at 300 characters)."""
+    found = []
+    for line in text.splitlines():
+        if _HOST_OPCODES.search(line) or _HOST_TARGETS.search(line) or _HOST_MEMORY.search(line.split(" metadata=")[0]):
+            found.append(line.strip()[:300])
+    return found
+
+
+_TRITON_IR = re.compile(r'\bir = "((?:[^"\\]|\\.)*)"')
+
+
+def _mlir_bytes(escaped: str) -> bytes:
+    """The bytes of a string attribute as MLIR prints it (\\XX hex escapes, \\\\, \\", \\n, \\t)."""
+    out, i, named = bytearray(), 0, {"\\": 92, '"': 34, "n": 10, "t": 9}
+    while i < len(escaped):
+        if escaped[i] != "\\":
+            j = escaped.find("\\", i)
+            j = len(escaped) if j < 0 else j
+            out += escaped[i:j].encode()
+            i = j
+        elif escaped[i + 1] in named:
+            out.append(named[escaped[i + 1]])
+            i += 2
+        else:
+            out.append(int(escaped[i + 1:i + 3], 16))
+            i += 3
+    return bytes(out)
+
+
+def triton_modules(text: str) -> list:
+    """The Triton modules (MLIR text, `tt` dialect) of the Pallas kernels in a program lowered or
+    compiled for a GPU: each `__gpu$xla.gpu.triton` custom call carries its kernel as MLIR
+    bytecode in its `ir` attribute, read back here with jaxlib's MLIR and Triton dialect."""
+    from jax._src.interpreters import mlir as jax_mlir
+    from jax._src.lib.mlir import ir
+    from jax._src.lib.triton import dialect as tt
+
+    modules = []
+    for m in _TRITON_IR.finditer(text):
+        ctx = jax_mlir.make_ir_context()
+        tt.register_dialect(ctx)
+        with ctx:
+            modules.append(str(ir.Module.parse(_mlir_bytes(m.group(1)))))
+    return modules
+
+
+def memory_ops(module: str) -> dict:
+    """Counts of a Triton module's global-memory writes: plain stores and atomic adds."""
+    return {"store": len(re.findall(r"\btt\.store\b", module)),
+            "atomic_fadd": len(re.findall(r"\btt\.atomic_rmw fadd\b", module)),
+            "atomic_other": len(re.findall(r"\btt\.atomic_rmw (?!fadd)", module))}
+
+
+def order_dependent_scatters(text: str) -> list:
+    """The scatters of optimised HLO text not marked `unique_indices`: two updates may land on one
+    place, and on a GPU XLA runs them in no fixed order (atomics for a sum, whichever write lands
+    last for a replacement) unless `--xla_gpu_deterministic_ops`. Each as its line (stripped, cut
+    at 300 characters)."""
+    return [line.strip()[:300] for line in text.splitlines()
+            if " scatter(" in line and "unique_indices=true" not in line]
