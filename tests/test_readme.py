@@ -103,3 +103,18 @@ def test_settings_table_is_the_generated_one():
     out = subprocess.run([sys.executable, "scripts/settings_table.py", "--check", "README.md"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
+
+
+def test_ci_runs_the_slow_suite_and_fails_when_it_collects_nothing():
+    """`.ci/run` runs the slow suite under `set -e`, with no exit status let through (pytest's 5,
+    "no tests collected", would turn CI green while running nothing), and the slow marker selects
+    the end-to-end tests."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "set -euo pipefail" in ci and "python -m pytest -q -m slow\n" in ci
+    assert "|| rc=$?" not in ci and "-ne 5" not in ci
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "slow", "-n", "0",
+                           "tests/test_plugin.py", "tests/test_accelerator_compile.py"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    collected = [line for line in proc.stdout.splitlines() if "::" in line]
+    assert len(collected) >= 3, proc.stdout[-2000:]

@@ -15,6 +15,7 @@ import os
 import queue
 import re
 import shutil
+import stat
 import struct
 import tempfile
 import threading
@@ -67,12 +68,37 @@ def disk_full_error(path, needed=None, atomic: bool = True) -> DiskFullError:
                          f"{_megabytes(free)} free there{kept}", str(path))
 
 
+def _umask() -> int:
+    """This process's umask, read without changing it where Linux tells it (`os.umask` sets it to
+    read it: another thread creating a file meanwhile would get the wrong mode)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def plain_write_mode(path) -> int:
+    """The permission bits `open(path, "wb")` would leave: an existing file keeps its own, a new
+    one gets 0666 less the umask (0644 under the usual 022)."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return 0o666 & ~_umask()
+
+
 @contextlib.contextmanager
 def atomic_open(path, temp_dir=None, size=None):
     """Open `path` for writing so that readers see the old file or the whole new one, never a
     part: yields a binary file in `temp_dir` (default: `path`'s folder, which must be on the same
     file system), fsynced and renamed onto `path` when the block ends without an exception, and
-    removed when it raises. Creates the folders.
+    removed when it raises. Creates the folders. The file gets the mode a plain write would give it
+    (`plain_write_mode`), not the temporary file's 0600.
 
     Out of space: `DiskFullError` naming `path` and `size`, the bytes the file needs (an int, or a
     function that gives it, called only then)."""
@@ -82,6 +108,7 @@ def atomic_open(path, temp_dir=None, size=None):
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=folder)
+        os.fchmod(fd, plain_write_mode(path))  # mkstemp's 0600 would outlive the rename
         with os.fdopen(fd, "wb") as f:
             yield f
             f.flush()
