@@ -88,7 +88,11 @@ class MCMCStrategy:
         new_o = jnp.clip(new_o, self.min_opacity, 1.0 - 1e-7)
         p["opacities"] = jnp.where(hit, jnp.log(new_o) - jnp.log1p(-new_o), p["opacities"])
         p["scales"] = jnp.where(hit[:, None], jnp.log(new_s), p["scales"])
-        src = jnp.arange(cap).at[jnp.where(used, targets, cap)].set(sources, mode="drop")
+        # every index distinct (the used targets are; the unused go to distinct places past the end,
+        # dropped), so XLA may write them in any order: on a GPU a scatter that may land two writes on
+        # one place keeps whichever lands last (docs/gpu.md)
+        off_end = cap + jnp.arange(targets.shape[0])
+        src = jnp.arange(cap).at[jnp.where(used, targets, off_end)].set(sources, mode="drop", unique_indices=True)
         p = gather_rows(p, src)
         moved = (src != jnp.arange(cap)) | hit
         return Gaussians(p, g.alive), zero_moments(tx, opt_state, moved), moved
