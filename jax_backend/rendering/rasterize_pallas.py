@@ -5,10 +5,10 @@ vector of the tile's S*S pixels, with the blend rule of `blend.py` (the same fun
 XLA rasterizers, fed one Gaussian's scalars): forward front to back until every pixel of the tile
 is saturated or the list ends; backward back to front from the tile's deepest last contributor,
 recovering the transmittance, and adding each Gaussian's per-tile gradient sums into the
-per-Gaussian rows with atomic adds (`_atomic_add`; the tiles' programs run at once on a GPU and
-share Gaussians), as gsplat's backward does: the order of the additions, and so the last bits of a
-gradient, is not fixed on a GPU (`docs/gpu.md`). On a GPU each pass is one kernel launch with no XLA loop around it: the two XLA
-rasterizers are loops of small kernels there (`docs/gpu.md`).
+per-Gaussian rows with atomic adds (`add_atomic`: the tiles' programs run at once on a GPU and
+share Gaussians), as gsplat's backward does; the order of the additions, and so the last bits of
+a gradient, is not fixed on a GPU (`docs/gpu.md`). On a GPU each pass is one kernel launch with no
+XLA loop around it: the two XLA rasterizers are loops of small kernels there.
 
 Lowering follows the platform the program is built for (`devices.platform`): Triton on a GPU
 (also for a compile-only GPU topology); on a CPU the kernels run in Pallas's interpret mode
@@ -36,16 +36,6 @@ def _pallas():
     from jax.experimental import pallas as pl  # imported on first use: the XLA rasterizers do not need it
 
     return pl
-
-
-def _atomic_add(ref, idx, value):
-    """ref[idx] += value as one atomic read-modify-write (`atomic_rmw`: Triton's `tt.atomic_rmw
-    fadd` on a GPU; in interpret mode a read and a write, into an output that starts as aliased
-    zeros). A plain `ref[idx] += value` is a load and a store: two programs adding into one place
-    at once on a GPU lose one of the two (`tests/kernel_races.py` finds such stores)."""
-    from jax.experimental.pallas import triton as pltriton
-
-    pltriton.atomic_add(ref, idx, value)
 
 
 def _lowering() -> dict:
@@ -140,10 +130,17 @@ def pallas_forward(cfg, geom, feats, ids, tiles: Tiles) -> BlendState:
 
 
 def add_atomic(acc_ref, gid, slot, k, value):
-    """How the backward's sums land (the `add` of `_backward_kernel`): Gaussian `gid`'s row k
-    gains `value` atomically; `slot` (its place in the sorted intersection list) is not needed."""
+    """How the backward's sums land (the `add` of `_backward_kernel`): Gaussian `gid`'s row k gains
+    `value` as one atomic read-modify-write (`pallas.triton.atomic_add`: `atomic_rmw` in the
+    jaxpr, `tt.atomic_rmw fadd` on a GPU; in interpret mode a read and a write, into an output that
+    starts as aliased zeros). A plain `acc_ref[gid, k] += value` is a load and a store: two tiles'
+    programs adding into one Gaussian at once on a GPU would lose one of the two
+    (`tests/kernel_races.py` finds such stores). `slot`, the intersection's place in the sorted
+    list, is not needed here."""
+    from jax.experimental.pallas import triton as pltriton
+
     del slot
-    _atomic_add(acc_ref, (gid, jnp.int32(k)), value)
+    pltriton.atomic_add(acc_ref, (gid, jnp.int32(k)), value)
 
 
 def _backward_kernel(ch, add, start_ref, ids_ref, table_ref, x_ref, y_ref, last_ref, T_ref, dA_ref, *refs):
@@ -179,7 +176,8 @@ def pallas_backward(cfg, geom, feats, ids, tiles: Tiles, cot: PixelCotangents, b
 
 def backward_call(geom, feats, ids, tiles: Tiles, cot: PixelCotangents, behind0, add, zeros):
     """The backward kernel over every tile, its sums landing in `zeros` (aliased to the output) by
-    `add(acc_ref, gid, slot, k, value)` (`add_atomic`: rows per Gaussian)."""
+    `add(acc_ref, gid, slot, k, value)`: `add_atomic` into rows per Gaussian (jax-gs), or a store
+    into rows per intersection slot (`benchmarks/backward_sums.py`'s comparison)."""
     pl = _pallas()
     ch = feats.shape[0]
     num_tiles = tiles.px.x.shape[0]
