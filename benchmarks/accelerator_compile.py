@@ -105,6 +105,21 @@ def trainer_for(method: str, n: int, num_devices: int = 1, width: int = WIDTH, h
     return tr
 
 
+SMALL_W, SMALL_H = 64, 48  # the small compile checks' image size
+
+
+def small_cameras(views: int):
+    """(viewmats [views, 4, 4], Ks [views, 3, 3]) float32 of the small compile checks: cameras 3
+    units in front of the scene, side by side (0.2 units across)."""
+    import numpy as np
+
+    viewmats = np.repeat(np.eye(4, dtype=np.float32)[None], views, 0)
+    viewmats[:, 2, 3] = 3.0
+    viewmats[:, 0, 3] = np.linspace(-0.1, 0.1, views) if views > 1 else 0.0
+    Ks = np.repeat(np.array([[[60.0, 0, SMALL_W / 2], [0, 60.0, SMALL_H / 2], [0, 0, 1]]], np.float32), views, 0)
+    return viewmats, Ks
+
+
 def small_trainer(strategy: str = "default", corrections: bool = False, **strategy_kw):
     """A `Trainer` of 2,000 Gaussians (2,048 slots) on 3 views of 64x48, density control live
     (step 600), for compile checks in the tests; `corrections`: pose corrections (SO3xR3) and
@@ -116,14 +131,9 @@ def small_trainer(strategy: str = "default", corrections: bool = False, **strate
     from jax_backend.training.bilateral import BilateralGridConfig
     from jax_backend.training.cameras import CameraOptConfig
 
-    rng = np.random.default_rng(0)
-    V, W, H, N = 3, 64, 48, 2000
-    points = rng.normal(size=(N, 3)) * 0.5
-    viewmats = np.repeat(np.eye(4, dtype=np.float32)[None], V, 0)
-    viewmats[:, 2, 3] = 3.0
-    viewmats[:, 0, 3] = np.linspace(-0.1, 0.1, V)
-    Ks = np.repeat(np.array([[[60.0, 0, 32], [0, 60.0, 24], [0, 0, 1]]], np.float32), V, 0)
-    data = make_dataset(np.zeros((V, H, W, 3), np.uint8), viewmats, Ks)
+    points = np.random.default_rng(0).normal(size=(2000, 3)) * 0.5
+    viewmats, Ks = small_cameras(3)
+    data = make_dataset(np.zeros((3, SMALL_H, SMALL_W, 3), np.uint8), viewmats, Ks)
     extra = dict(camera_opt=CameraOptConfig(mode="SO3xR3"), bilateral=BilateralGridConfig(enabled=True, shape=(4, 4, 4))) \
         if corrections else {}
     cfg = TrainConfig(max_steps=1000, steps_per_block=5, tile_devices=1, strategy=make_strategy(strategy, **strategy_kw),
@@ -135,9 +145,9 @@ def small_trainer(strategy: str = "default", corrections: bool = False, **strate
     return tr
 
 
-def small_render_programs(width: int = 64, height: int = 48, n: int = 2000):
+def small_render_programs(n: int = 2000):
     """{"render": the eval / viewer render (RGB + expected depth, SH 3), "raster": forward +
-    backward of a render's sum}: (function, float32 arguments) on `small_trainer`'s cameras."""
+    backward of a render's sum}: (function, float32 arguments) from one of `small_cameras`."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -145,9 +155,8 @@ def small_render_programs(width: int = 64, height: int = 48, n: int = 2000):
     from jax_backend import rasterization
 
     rng = np.random.default_rng(0)
-    viewmat = np.eye(4, dtype=np.float32)[None]
-    viewmat[:, 2, 3] = 3.0
-    K = np.array([[[60.0, 0, 32], [0, 60.0, 24], [0, 0, 1]]], np.float32)
+    viewmat, K = small_cameras(1)
+    width, height = SMALL_W, SMALL_H
     args = [np.asarray(a, np.float32) for a in (rng.normal(size=(n, 3)) * 0.5, np.tile([1.0, 0, 0, 0], (n, 1)),
                                                 np.full((n, 3), 0.02), np.full(n, 0.5), np.zeros((n, 16, 3)), viewmat, K)]
 
@@ -206,7 +215,7 @@ def target_devices(name: str) -> list:
     return topology_devices(name)
 
 
-def _lower_one(fn, arrays, target):
+def lower_program(fn, arrays, target):
     """`fn` on `arrays` lowered for this host's CPU (`target` None) or, inside `compile_for`, for
     the first of `target`'s devices."""
     import jax
@@ -265,10 +274,10 @@ def lowered(program: str, target, gaussians: int = 100_000, size=(WIDTH, HEIGHT)
     the blocks (`--fit`)."""
     if program == "seed-raster-100k":
         fn, arrays = seed_program()
-        return _lower_one(fn, arrays, target), {"gaussians": 100_000, "code": "ghif/jax-gs"}
+        return lower_program(fn, arrays, target), {"gaussians": 100_000, "code": "ghif/jax-gs"}
     if program.startswith("raster-") or program == "render":
         fn, arrays, info = raster_program(program)
-        return _lower_one(fn, arrays, target), info
+        return lower_program(fn, arrays, target), info
     kind, variant, *rest = program.split("-")
     if rest:  # block-default-10k: that many Gaussians
         gaussians = SIZES[rest[0]]

@@ -79,11 +79,11 @@ def child(variant: str, n: int) -> dict:
     import jax
 
     from benchmarks import hlo_checks, launches
-    from benchmarks.accelerator_compile import _lower_one, target_devices
+    from benchmarks.accelerator_compile import lower_program, target_devices
 
     target = target_devices("h200")
     fn, args, info = _program(variant, n)
-    compiled = _lower_one(fn, args, target).compile()
+    compiled = lower_program(fn, args, target).compile()
     text = compiled.as_text()
     mem = compiled.memory_analysis()
     writes = [hlo_checks.memory_ops(m) for m in hlo_checks.triton_modules(text)]

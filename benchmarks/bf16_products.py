@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import time
 from pathlib import Path
 
@@ -23,21 +24,18 @@ def bf16_sh_to_color(coeffs, dirs, active_degree=None):
     (a TPU's float32 dot at the default precision: bfloat16 inputs, float32 sums)."""
     import jax.numpy as jnp
 
-    from jax_backend.rendering.sh import band_mask, sh_basis, sh_degree_of
+    from jax_backend.rendering.sh import direction_basis, sh_degree_of
 
-    degree = sh_degree_of(coeffs.shape[-2])
-    n = jnp.linalg.norm(dirs, axis=-1, keepdims=True)
-    basis = sh_basis(dirs / jnp.where(n > 0, n, 1.0), degree)
-    if active_degree is not None:
-        basis = basis * band_mask(degree, active_degree)
+    basis = direction_basis(dirs, sh_degree_of(coeffs.shape[-2]), active_degree)
     return jnp.maximum(bf16_basis_sum(basis, coeffs) + 0.5, 0.0)
 
 
+@functools.cache
 def _bf16_basis_sum():
     """sum_k basis[n, k] coeffs[n, k, c] as a TPU's dot at the default precision computes it,
     forward and backward: each product of bfloat16-rounded operands, summed in float32; the
     gradients (the dot's transposes, dots at the default precision too) likewise, from the
-    bfloat16-rounded cotangent."""
+    bfloat16-rounded cotangent. Built once (JAX is imported on first use)."""
     import jax
     import jax.numpy as jnp
 
@@ -125,19 +123,19 @@ def main():
             print(f"trained with {name:>17}: held-out PSNR {tr.heldout_psnr(*d['test']):.3f} dB "
                   f"({time.perf_counter() - t0:.0f} s)", flush=True)
     tr = trained["float32"]
+    images = [jnp.asarray(im[..., :3], jnp.float32) / 255.0 for im in d["test"][0]]
     renders = {}
     for name in ("float32", "bfloat16 products"):
         with bf16_products(name != "float32"):
-            renders[name] = [np.asarray(tr.render(vm, K, im.shape[1], im.shape[0], render_mode="RGB")[0])
+            renders[name] = [jnp.clip(jnp.asarray(tr.render(vm, K, im.shape[1], im.shape[0], render_mode="RGB")[0]), 0, 1)
                              for im, vm, K in zip(*d["test"])]
-            print(f"the float32-trained scene rendered with {name:>17}: held-out PSNR {tr.heldout_psnr(*d['test']):.3f} dB",
-                  flush=True)
-    diff = [float(psnr(jnp.clip(jnp.asarray(x), 0, 1), jnp.clip(jnp.asarray(y), 0, 1)))
-            for x, y in zip(renders["float32"], renders["bfloat16 products"])]
-    worst = max(float(np.abs(x - y).max()) for x, y in zip(renders["float32"], renders["bfloat16 products"]))
+        heldout = np.mean([float(psnr(x, im)) for x, im in zip(renders[name], images)])  # as Trainer.heldout_psnr
+        print(f"the float32-trained scene rendered with {name:>17}: held-out PSNR {heldout:.3f} dB", flush=True)
+    pairs = list(zip(renders["float32"], renders["bfloat16 products"]))
+    diff = [float(psnr(x, y)) for x, y in pairs]
+    worst = max(float(jnp.abs(x - y).max()) for x, y in pairs)
     print(f"its bfloat16-product renders against its float32 renders: PSNR {np.mean(diff):.1f} dB (mean over views), "
           f"largest pixel difference {worst:.4f} ({worst * 255:.2f} of 255)", flush=True)
-
 
 if __name__ == "__main__":
     main()

@@ -19,8 +19,8 @@ import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RASTERIZERS = ("pallas", "flat", "standard")
-PARAMS = ("means", "quats", "scales", "opacities", "colors")  # pallas: the GPU default (Triton), timed beside gsplat's CUDA
+RASTERIZERS = ("pallas", "flat", "standard")  # pallas: the GPU default (Triton), timed beside gsplat's CUDA
+PARAMS = ("means", "quats", "scales", "opacities", "colors")  # the gradients compared with the CPU's
 sys.path.insert(0, str(ROOT / "tests"))  # reference.py, scenes.py: the independent float64 renderer
 
 

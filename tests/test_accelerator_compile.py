@@ -24,9 +24,9 @@ except Exception as e:  # libtpu or the CUDA plugin missing or unable to load
     print("SKIP " + (str(e).strip().splitlines() or [type(e).__name__])[0][:200]); sys.exit(0)
 import jax, jax.numpy as jnp
 from benchmarks import hlo_checks, launches
-from benchmarks.accelerator_compile import small_render_programs, small_trainer
+from benchmarks.accelerator_compile import lower_program, small_render_programs, small_trainer
 from jax_backend import compile_for
-from jax_backend.devices import abstract, lowering_platform, platform
+from jax_backend.devices import platform
 gpu = target[0].platform == "gpu"
 
 def census(compiled):
@@ -51,9 +51,7 @@ for name in ("default", "mcmc"):  # the default block with pose corrections and 
         out["refine_temp"] = refine.memory_analysis().temp_size_in_bytes
 out["budget_refine_sorts"] = small_trainer("default", budget=3000).lower_refine(target).compile().as_text().count(" sort(")
 
-def lower(fn, args):
-    spec = abstract(args, jax.sharding.SingleDeviceSharding(target[0]))
-    return jax.jit(fn).trace(*spec).lower(lowering_platforms=(lowering_platform(target[0]),))
+lower = lambda fn, args: lower_program(fn, args, target)  # for target[0], inside compile_for
 
 lowered = {}
 with compile_for(target[:1]):

@@ -64,18 +64,21 @@ def band_mask(degree: int, active_degree) -> jnp.ndarray:
     return (bands <= active_degree).astype(jnp.float32)
 
 
-def sh_to_color(coeffs: jnp.ndarray, dirs: jnp.ndarray, active_degree=None) -> jnp.ndarray:
-    """coeffs [N,K,3], dirs [N,3] (any norm) -> colours [N,3] = max(SH(dirs) + 0.5, 0).
-
-    `active_degree` (int or traced scalar) masks the higher bands, so a degree schedule does not
-    change shapes or recompile.
-    """
-    degree = sh_degree_of(coeffs.shape[-2])
+def direction_basis(dirs: jnp.ndarray, degree: int, active_degree=None) -> jnp.ndarray:
+    """dirs [N,3] (any norm) -> the SH basis of their unit directions [N,(degree+1)^2], bands above
+    `active_degree` (int or traced scalar) zeroed, so a degree schedule does not change shapes or
+    recompile."""
     n = jnp.linalg.norm(dirs, axis=-1, keepdims=True)
-    dirs = dirs / jnp.where(n > 0, n, 1.0)
-    basis = sh_basis(dirs, degree)
+    basis = sh_basis(dirs / jnp.where(n > 0, n, 1.0), degree)
     if active_degree is not None:
         basis = basis * band_mask(degree, active_degree)
+    return basis
+
+
+def sh_to_color(coeffs: jnp.ndarray, dirs: jnp.ndarray, active_degree=None) -> jnp.ndarray:
+    """coeffs [N,K,3], dirs [N,3] (any norm) -> colours [N,3] = max(SH(dirs) + 0.5, 0), the bands
+    above `active_degree` left out (`direction_basis`)."""
+    basis = direction_basis(dirs, sh_degree_of(coeffs.shape[-2]), active_degree)
     # the sum over bases elementwise: float32 on every platform (a dot at default precision would
     # multiply in bfloat16 on a TPU: docs/tpu.md)
     return jnp.maximum(jnp.sum(basis[..., None] * coeffs, -2) + 0.5, 0.0)
