@@ -72,13 +72,13 @@ def scene_views(n: int, width: int = WIDTH, height: int = HEIGHT):
     return means, quats, scales, opacities, colors, viewmats, np.repeat(K, VIEWS, 0)
 
 
-def trainer_for(method: str, n: int, num_devices: int = 1, width: int = WIDTH, height: int = HEIGHT,
+def trainer_for(method: str, n: int, replicas: int = 1, width: int = WIDTH, height: int = HEIGHT,
                 isect_capacity=1 << 20):
     """The `Trainer` `ns-train <method>` builds (the plugin's settings), on a fern-size capture
     with n Gaussians alive."""
     import numpy as np
 
-    from jax_backend import Trainer, make_dataset
+    from jax_backend import Trainer, make_dataset, make_layout
     from jax_backend.rendering import next_pow2
     from jax_backend.training.gaussians import Gaussians
     from jax_backend.training.initialization import init_from_points
@@ -87,7 +87,6 @@ def trainer_for(method: str, n: int, num_devices: int = 1, width: int = WIDTH, h
 
     spec = {"jax-gs": methods.jax_gs_method, "jax-gs-mcmc": methods.jax_gs_mcmc_method}[method]
     model = spec.config.pipeline.model
-    model.tile_devices = 1  # one device renders a view (a chip); the CPU column compiles the same program
     cfg = train_config(model, spec.config.max_num_iterations, VIEWS, spec.config.optimizers, "random")
     means, quats, scales, opacities, colors, viewmats, Ks = scene_views(n, width, height)
     g = init_from_points(means, colors, sh_degree=cfg.sh_degree, capacity=next_pow2(n))
@@ -98,10 +97,12 @@ def trainer_for(method: str, n: int, num_devices: int = 1, width: int = WIDTH, h
                                                     jnp.zeros((pad, 3))]))
     g = Gaussians(params, g.alive)
     data = make_dataset(np.zeros((VIEWS, height, width, 3), np.uint8), viewmats, Ks)
-    tr = Trainer(cfg, data, g, 1.0, isect_capacity=isect_capacity, log=lambda *_: None, num_devices=num_devices)
+    # one device renders a view (a chip); the CPU column compiles the same program
+    tr = Trainer(cfg, data, g, 1.0, isect_capacity=isect_capacity, log=lambda *_: None,
+                 layout=make_layout(replicas=replicas, tile_devices=1))
     tr.state = tr.state._replace(step=jnp.int32(10_000))  # full resolution, SH degree 3, density control live
     if isect_capacity is None:  # sized at full resolution, as the Trainer does when the resolution changes
-        tr.isect_capacity = tr._capacity_ahead()
+        tr.size_buffer_ahead()
     return tr
 
 
@@ -127,7 +128,7 @@ def small_trainer(strategy: str = "default", corrections: bool = False, **strate
     import jax.numpy as jnp
     import numpy as np
 
-    from jax_backend import Trainer, TrainConfig, init_from_points, make_dataset, make_strategy
+    from jax_backend import Trainer, TrainConfig, init_from_points, make_dataset, make_layout, make_strategy
     from jax_backend.training.bilateral import BilateralGridConfig
     from jax_backend.training.cameras import CameraOptConfig
 
@@ -136,23 +137,24 @@ def small_trainer(strategy: str = "default", corrections: bool = False, **strate
     data = make_dataset(np.zeros((3, SMALL_H, SMALL_W, 3), np.uint8), viewmats, Ks)
     extra = dict(camera_opt=CameraOptConfig(mode="SO3xR3"), bilateral=BilateralGridConfig(enabled=True, shape=(4, 4, 4))) \
         if corrections else {}
-    cfg = TrainConfig(max_steps=1000, steps_per_block=5, tile_devices=1, strategy=make_strategy(strategy, **strategy_kw),
+    cfg = TrainConfig(max_steps=1000, steps_per_block=5, strategy=make_strategy(strategy, **strategy_kw),
                       background="random", **extra)
     capacity = 4096 if strategy_kw.get("budget") else 2048
     tr = Trainer(cfg, data, init_from_points(points, sh_degree=3, capacity=capacity), 1.0, isect_capacity=1 << 15,
-                 log=lambda *_: None)
+                 log=lambda *_: None, layout=make_layout(tile_devices=1))
     tr.state = tr.state._replace(step=jnp.int32(600))  # density control live
     return tr
 
 
 def small_render_programs(n: int = 2000):
     """{"render": the eval / viewer render (RGB + expected depth, SH 3), "raster": forward +
-    backward of a render's sum}: (function, float32 arguments) from one of `small_cameras`."""
+    backward of a render's sum}: (the function built for a layout, `fn(layout)`; float32
+    arguments) from one of `small_cameras`."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
-    from jax_backend import rasterization
+    from jax_backend import traced_rasterization
 
     rng = np.random.default_rng(0)
     viewmat, K = small_cameras(1)
@@ -160,15 +162,20 @@ def small_render_programs(n: int = 2000):
     args = [np.asarray(a, np.float32) for a in (rng.normal(size=(n, 3)) * 0.5, np.tile([1.0, 0, 0, 0], (n, 1)),
                                                 np.full((n, 3), 0.02), np.full(n, 0.5), np.zeros((n, 16, 3)), viewmat, K)]
 
-    def render(m, q, s, o, c, vm, K):
-        return rasterization(m, q, s, o, c, vm, K, width, height, sh_degree=3, render_mode="RGB+ED",
-                             isect_capacity=1 << 15)[:2]
+    def render(layout):
+        return lambda m, q, s, o, c, vm, K: traced_rasterization(
+            m, q, s, o, c, vm, K, width, height, sh_degree=3, render_mode="RGB+ED", isect_capacity=1 << 15,
+            layout=layout)[:2]
 
-    def loss(m, q, s, o, c, vm, K):
-        img, alpha, _ = rasterization(m, q, s, o, c, vm, K, width, height, sh_degree=3, isect_capacity=1 << 15)
-        return jnp.sum(img) + jnp.sum(alpha)
+    def raster(layout):
+        def loss(m, q, s, o, c, vm, K):
+            img, alpha, _ = traced_rasterization(m, q, s, o, c, vm, K, width, height, sh_degree=3,
+                                                 isect_capacity=1 << 15, layout=layout)
+            return jnp.sum(img) + jnp.sum(alpha)
 
-    return {"render": (render, args), "raster": (jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4)), args)}
+        return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))
+
+    return {"render": (render, args), "raster": (raster, args)}
 
 
 def seed_program(n: int = 100_000):
@@ -215,19 +222,19 @@ def target_devices(name: str) -> list:
     return topology_devices(name)
 
 
-def lower_program(fn, arrays, target):
-    """`fn` on `arrays` lowered for this host's CPU (`target` None) or, inside `compile_for`, for
-    the first of `target`'s devices."""
+def lower_program(fn_for, arrays, target):
+    """`fn_for(layout)` (a function built for a layout) on `arrays`, lowered for this host's CPU
+    (`target` None) or for the first of `target`'s devices."""
     import jax
 
-    from jax_backend import compile_for
-    from jax_backend.devices import abstract, lowering_platform
+    from jax_backend import Layout, local_layout
+    from jax_backend.devices import abstract
 
     if target is None:
-        return jax.jit(fn).lower(*arrays)
-    with compile_for(target[:1]):
-        spec = abstract(arrays, jax.sharding.SingleDeviceSharding(target[0]))
-        return jax.jit(fn).trace(*spec).lower(lowering_platforms=(lowering_platform(target[0]),))
+        return jax.jit(fn_for(local_layout())).lower(*arrays)
+    layout = Layout(target[:1])
+    spec = abstract(arrays, jax.sharding.SingleDeviceSharding(target[0]))
+    return jax.jit(fn_for(layout)).trace(*spec).lower(lowering_platforms=(layout.lowering_platform,))
 
 
 SIZES = {"10k": 10_000, "100k": 100_000, "1m": 1_000_000}
@@ -240,8 +247,9 @@ def raster_program(program: str):
     import jax.numpy as jnp
     import numpy as np
 
-    from jax_backend import rasterization
-    from jax_backend.rendering import count_intersections, next_isect_capacity
+    from jax_backend import traced_rasterization
+    from jax_backend.rendering import count_intersections
+    from jax_backend.rendering.isect_buffer import size_for
 
     if program == "render":
         rasterizer, n = "auto", 100_000
@@ -249,24 +257,28 @@ def raster_program(program: str):
         _, rasterizer, size = program.split("-")
         n = SIZES[size]
     means, quats, scales, opacities, colors, viewmats, Ks = scene_views(n)
-    cap = next_isect_capacity(int(count_intersections(means, quats, scales, opacities, viewmats[:1], Ks[:1], WIDTH,
+    cap = size_for(int(count_intersections(means, quats, scales, opacities, viewmats[:1], Ks[:1], WIDTH,
                                                 HEIGHT)[0]))
     if program == "render":  # SH coefficients, as the eval and the viewer render them
         sh = np.zeros((n, 16, 3), np.float32)
         args = (means, quats, scales, opacities, sh, viewmats[:1], Ks[:1])
 
-        def fn(m, q, s, o, c, vm, K):
-            return rasterization(m, q, s, o, c, vm, K, WIDTH, HEIGHT, sh_degree=3, render_mode="RGB+ED",
-                                 isect_capacity=cap)[:2]
+        def fn_for(layout):
+            return lambda m, q, s, o, c, vm, K: traced_rasterization(
+                m, q, s, o, c, vm, K, WIDTH, HEIGHT, sh_degree=3, render_mode="RGB+ED", isect_capacity=cap,
+                layout=layout)[:2]
     else:
         args = (means, quats, scales, opacities, colors, viewmats[:1], Ks[:1])
 
-        def loss(m, q, s, o, c, vm, K):
-            img, alpha, _ = rasterization(m, q, s, o, c, vm, K, WIDTH, HEIGHT, isect_capacity=cap, rasterizer=rasterizer)
-            return jnp.sum(img) + jnp.sum(alpha)
+        def fn_for(layout):
+            def loss(m, q, s, o, c, vm, K):
+                img, alpha, _ = traced_rasterization(m, q, s, o, c, vm, K, WIDTH, HEIGHT, isect_capacity=cap,
+                                                     rasterizer=rasterizer, layout=layout)
+                return jnp.sum(img) + jnp.sum(alpha)
 
-        fn = jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))
-    return fn, [np.asarray(a, np.float32) for a in args], {"gaussians": n, "capacity": cap, "rasterizer": rasterizer}
+            return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))
+    return fn_for, [np.asarray(a, np.float32) for a in args], {"gaussians": n, "capacity": cap,
+                                                               "rasterizer": rasterizer}
 
 
 def lowered(program: str, target, gaussians: int = 100_000, size=(WIDTH, HEIGHT)):
@@ -274,24 +286,26 @@ def lowered(program: str, target, gaussians: int = 100_000, size=(WIDTH, HEIGHT)
     the blocks (`--fit`)."""
     if program == "seed-raster-100k":
         fn, arrays = seed_program()
-        return lower_program(fn, arrays, target), {"gaussians": 100_000, "code": "ghif/jax-gs"}
+        return lower_program(lambda layout: fn, arrays, target), {"gaussians": 100_000, "code": "ghif/jax-gs"}
     if program.startswith("raster-") or program == "render":
-        fn, arrays, info = raster_program(program)
-        return lower_program(fn, arrays, target), info
+        fn_for, arrays, info = raster_program(program)
+        return lower_program(fn_for, arrays, target), info
     kind, variant, *rest = program.split("-")
     if rest:  # block-default-10k: that many Gaussians
         gaussians = SIZES[rest[0]]
     method = "jax-gs-mcmc" if variant == "mcmc" else "jax-gs"
     default = gaussians == 100_000 and tuple(size) == (WIDTH, HEIGHT)
     # other sizes: the buffer the Trainer sizes itself (twice what the most demanding view needs)
-    tr = trainer_for(method, gaussians, num_devices=4 if variant == "dp4" else 1, width=size[0], height=size[1],
+    tr = trainer_for(method, gaussians, replicas=4 if variant == "dp4" else 1, width=size[0], height=size[1],
                      isect_capacity=(1 << 20) if default else None)
     info = {"gaussians": gaussians, "size": f"{size[0]}x{size[1]}", "capacity": tr.capacity,
             "isect_capacity": tr.isect_capacity,
-            "steps": tr.cfg.steps_per_block, "devices": len(tr.devices)}
+            "steps": tr.cfg.steps_per_block, "devices": tr.layout.replicas}
+    from jax_backend.training import aot
+
     if kind == "block":
-        return tr.lower_block(tr.cfg.steps_per_block, target), info
-    return tr.lower_refine(target), info
+        return aot.lower_block(tr, tr.cfg.steps_per_block, target), info
+    return aot.lower_refine(tr, target), info
 
 
 def gpu_launches(program: str, hlo: str, info: dict) -> dict:
@@ -303,13 +317,10 @@ def gpu_launches(program: str, hlo: str, info: dict) -> dict:
 
     trips = {}
     if program.startswith("raster-") and info.get("rasterizer") in ("flat", "standard"):
-        from unittest import mock
+        from jax_backend import Layout
 
-        from jax_backend import devices
-
-        fn, arrays, _ = raster_program(program)
-        with mock.patch.object(devices, "platform", lambda: "gpu"):
-            trips = L.measure_trips(fn, *arrays)
+        fn_for, arrays, _ = raster_program(program)
+        trips = L.measure_trips(fn_for(Layout((L.PlatformOnly("gpu"),))), *arrays)
     count = L.launches(hlo, trips)
     row = {"launches": count.launches, "while_loops": count.while_loops, "data_dependent_loops": count.data_dependent,
            "unmeasured_loops": count.unmeasured, "trips": trips,

@@ -58,16 +58,17 @@ def _program(variant: str, n: int):
     import numpy as np
 
     from benchmarks.accelerator_compile import HEIGHT, WIDTH, scene_views
-    from jax_backend import rasterization
-    from jax_backend.rendering import count_intersections, next_isect_capacity
+    from jax_backend import traced_rasterization
+    from jax_backend.rendering import count_intersections
+    from jax_backend.rendering.isect_buffer import size_for
 
     rasterizer = _register()[variant]
     means, quats, scales, opacities, colors, viewmats, Ks = scene_views(n)
     count = int(count_intersections(means, quats, scales, opacities, viewmats[:1], Ks[:1], WIDTH, HEIGHT)[0])
-    cap = next_isect_capacity(count)
+    cap = size_for(count)
 
     def loss(m, q, s, o, c):
-        img, alpha, _ = rasterization(m, q, s, o, c, viewmats[:1], Ks[:1], WIDTH, HEIGHT, isect_capacity=cap,
+        img, alpha, _ = traced_rasterization(m, q, s, o, c, viewmats[:1], Ks[:1], WIDTH, HEIGHT, isect_capacity=cap,
                                       rasterizer=rasterizer)
         return jnp.sum(img) + jnp.sum(alpha)
 
@@ -100,7 +101,7 @@ def cpu_agreement(n: int = 300) -> float:
     import numpy as np
 
     from benchmarks.rasterizer import realistic_scene
-    from jax_backend import rasterization
+    from jax_backend import traced_rasterization
 
     names = _register()
     means, quats, scales, opacities, colors, viewmat, K = realistic_scene(n)
@@ -110,7 +111,7 @@ def cpu_agreement(n: int = 300) -> float:
 
     def grads(rasterizer):
         def loss(m, o, c):
-            img, alpha, _ = rasterization(m, quats, scales, o, c, viewmat, K, w, h, rasterizer=rasterizer,
+            img, alpha, _ = traced_rasterization(m, quats, scales, o, c, viewmat, K, w, h, rasterizer=rasterizer,
                                           isect_capacity=1 << 14)
             return (img * np.linspace(0, 1, 3)).sum() + alpha.sum()
 

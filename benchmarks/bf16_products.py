@@ -26,6 +26,7 @@ def bf16_sh_to_color(coeffs, dirs, active_degree=None):
 
     from jax_backend.rendering.sh import direction_basis, sh_degree_of
 
+
     basis = direction_basis(dirs, sh_degree_of(coeffs.shape[-2]), active_degree)
     return jnp.maximum(bf16_basis_sum(basis, coeffs) + 0.5, 0.0)
 
@@ -98,6 +99,7 @@ def main():
 
     from benchmarks.captures import load_transforms
     from jax_backend import TrainConfig, Trainer, init_random, make_dataset, make_strategy
+    from jax_backend.training import evaluation
     from jax_backend.training.loss import psnr
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -120,16 +122,16 @@ def main():
                          log=lambda *_: None)
             tr.train(a.steps)
             trained[name] = tr
-            print(f"trained with {name:>17}: held-out PSNR {tr.heldout_psnr(*d['test']):.3f} dB "
+            print(f"trained with {name:>17}: held-out PSNR {evaluation.heldout_psnr(tr, *d['test']):.3f} dB "
                   f"({time.perf_counter() - t0:.0f} s)", flush=True)
     tr = trained["float32"]
     images = [jnp.asarray(im[..., :3], jnp.float32) / 255.0 for im in d["test"][0]]
     renders = {}
     for name in ("float32", "bfloat16 products"):
         with bf16_products(name != "float32"):
-            renders[name] = [jnp.clip(jnp.asarray(tr.render(vm, K, im.shape[1], im.shape[0], render_mode="RGB")[0]), 0, 1)
+            renders[name] = [jnp.clip(jnp.asarray(evaluation.render(tr, vm, K, im.shape[1], im.shape[0], render_mode="RGB")[0]), 0, 1)
                              for im, vm, K in zip(*d["test"])]
-        heldout = np.mean([float(psnr(x, im)) for x, im in zip(renders[name], images)])  # as Trainer.heldout_psnr
+        heldout = np.mean([float(psnr(x, im)) for x, im in zip(renders[name], images)])  # as evaluation.heldout_psnr
         print(f"the float32-trained scene rendered with {name:>17}: held-out PSNR {heldout:.3f} dB", flush=True)
     pairs = list(zip(renders["float32"], renders["bfloat16 products"]))
     diff = [float(psnr(x, y)) for x, y in pairs]

@@ -28,6 +28,7 @@ def main():
     from nerfstudio_jaxgs.trainer import JaxGSTrainer
 
     from .train import build_trainer
+    from jax_backend.training import checkpointing
 
     tr = build_trainer(10_000, "flat", a.steps)
     tr.run_block(a.steps)  # compile
@@ -39,7 +40,7 @@ def main():
     print("|---|---|---|---|---|")
     for cap in a.capacities:
         tr.grow_capacity(cap)
-        arrays = tr.state_arrays()
+        arrays = checkpointing.state_arrays(tr)
         pipeline = SimpleNamespace(state_dict=lambda: {f"_model.jaxgs.train{k}": to_torch(v).clone()
                                                        for k, v in arrays.items()})
         with tempfile.TemporaryDirectory() as d:

@@ -50,6 +50,7 @@ def render_views(means, colours, size=160, focal=190.0):
 
     from jax_backend import rasterization
 
+
     eyes = [4.0 * np.array([np.cos(a) * np.cos(e), np.sin(a) * np.cos(e), np.sin(e)])
             for e in (np.radians(20), np.radians(45)) for a in np.linspace(0, 2 * np.pi, 28, endpoint=False)]
     viewmats = np.stack([look_at(e) for e in eyes])
@@ -67,6 +68,7 @@ def render_views(means, colours, size=160, focal=190.0):
 
 def main():
     from jax_backend import TrainConfig, Trainer, init_from_points, make_dataset, make_strategy, scene_extent
+    from jax_backend.training import evaluation
 
     from nerfstudio_jaxgs.model import JaxGSModelConfig
     from nerfstudio_jaxgs.settings import strategy as plugin_strategy
@@ -102,7 +104,7 @@ def main():
         t0 = time.perf_counter()
         for target in sorted(a.steps):
             tr.train(target - tr.step)
-            psnr = tr.heldout_psnr(images[test], viewmats[test], Ks[test])
+            psnr = evaluation.heldout_psnr(tr, images[test], viewmats[test], Ks[test])
             n = int(tr.state.gaussians.alive.sum())
             rows.setdefault(target, {})[density] = (psnr, n)
             print(f"{density:10s} step {tr.step}: held-out PSNR {psnr:.2f} dB, {n} Gaussians, "

@@ -49,14 +49,15 @@ def exactness(width, height, n):
     from reference import render as reference
     from scenes import cameras, hard_scene
 
-    from jax_backend import compile_for, rasterization
+    from jax_backend import Layout, rasterization, traced_rasterization
+    from jax_backend.rendering.isect_buffer import size_for
 
     s = hard_scene(n=n)
     vms, Ks = cameras(width, height, n=3)
     out = {}
     for r in RASTERIZERS:
-        img, alpha, _ = rasterization(s["means"], s["quats"], s["scales"], s["opacities"], s["colors"], vms, Ks,
-                                      width, height, rasterizer=r)
+        img, alpha, meta = rasterization(s["means"], s["quats"], s["scales"], s["opacities"], s["colors"], vms, Ks,
+                                         width, height, rasterizer=r)
         err = 0.0
         for c in range(len(vms)):
             ref_img, ref_alpha = reference(s["means"], s["quats"], s["scales"], s["opacities"], s["colors"], vms[c],
@@ -65,9 +66,12 @@ def exactness(width, height, n):
                       float(np.abs(np.asarray(alpha[c, ..., 0]) - ref_alpha).max()))
         out[f"{r}_max_abs_error"] = err
 
-        def grads(r=r):
+        cap = size_for(int(np.max(np.asarray(meta["num_intersections"]))))
+
+        def grads(r=r, layout=None):
             def loss(m, q, sc, o, c):
-                im, a, _ = rasterization(m, q, sc, o, c, vms, Ks, width, height, rasterizer=r)
+                im, a, _ = traced_rasterization(m, q, sc, o, c, vms, Ks, width, height, rasterizer=r,
+                                                isect_capacity=cap, layout=layout)
                 return jnp.mean(im ** 2) + jnp.mean(a)
 
             g = jax.grad(loss, argnums=(0, 1, 2, 3, 4))(*[jnp.asarray(s[k], jnp.float32) for k in PARAMS])
@@ -75,8 +79,8 @@ def exactness(width, height, n):
 
         here, again = grads(), grads()
         cpu_device = jax.devices("cpu")[0]
-        with compile_for([cpu_device]), jax.default_device(cpu_device):  # built as for the CPU (pallas: interpreted)
-            cpu = grads()
+        with jax.default_device(cpu_device):  # built for the CPU (pallas: interpreted)
+            cpu = grads(layout=Layout((cpu_device,)))
         for k in PARAMS:  # every parameter's gradient against the CPU's, and a second run on the device against the first
             out[f"{r}_grad_{k}_vs_cpu_rel"] = float(np.abs(here[k] - cpu[k]).max()) / max(float(np.abs(cpu[k]).max()), 1e-12)
             out[f"{r}_grad_{k}_repeat_bit_identical"] = bool(np.array_equal(here[k], again[k]))
@@ -88,18 +92,18 @@ def rasterizer_speed(sizes, repeats):
     import jax.numpy as jnp
 
     from benchmarks.rasterizer import realistic_scene
-    from jax_backend import rasterization
-    from jax_backend.rendering import next_isect_capacity
+    from jax_backend import rasterization, traced_rasterization
+    from jax_backend.rendering.isect_buffer import size_for
 
     rows = []
     for n, width, height in sizes:
         args = [jnp.asarray(a, jnp.float32) for a in realistic_scene(n)]
         K = args[6].at[:, 0, 2].set(width / 2).at[:, 1, 2].set(height / 2).at[:, 0, 0].set(0.9 * width).at[:, 1, 1].set(0.9 * width)
         _, _, meta = rasterization(*args[:6], K, width, height)
-        cap = next_isect_capacity(int(meta["num_intersections"][0]))
+        cap = size_for(int(meta["num_intersections"][0]))
         for r in RASTERIZERS:
             def loss(*p, r=r):
-                im, _, _ = rasterization(*p, args[5], K, width, height, rasterizer=r, isect_capacity=cap)
+                im, _, _ = traced_rasterization(*p, args[5], K, width, height, rasterizer=r, isect_capacity=cap)
                 return jnp.mean((im - 0.5) ** 2)
 
             fwd = jax.jit(loss)

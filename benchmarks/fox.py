@@ -18,7 +18,9 @@ from pathlib import Path
 
 
 def heldout_psnr(trainer, test):
-    return trainer.heldout_psnr(*test)
+    from jax_backend.training import evaluation
+
+    return evaluation.heldout_psnr(trainer, *test)
 
 
 def main():

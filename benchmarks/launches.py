@@ -130,10 +130,18 @@ def loop_body(hlo: str, trip_count: int) -> str | None:
     return None
 
 
+class PlatformOnly:
+    """A stand-in device that says only its platform: a `Layout` of it builds a program's structure
+    for that platform (tile groups, buffer tiers), which then runs where JAX puts it (this CPU)."""
+
+    def __init__(self, platform: str):
+        self.platform = platform
+
+
 def measure_trips(fn, *args) -> dict:
     """Mean trip counts of the rasterizers' data-dependent walks when `fn(*args)` runs on this CPU:
     {"forward": x, "backward": y}, over every execution of the loops (a vmapped loop runs to its
-    longest lane: its max). Run under the target's platform policy (`devices.platform` as the GPU's)
+    longest lane: its max). Build `fn` for the target's platform (a `Layout` of `PlatformOnly`)
     so the program walks as it would there."""
     import jax
     import jax.numpy as jnp

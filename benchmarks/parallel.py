@@ -42,12 +42,12 @@ def main():
         if d > len(devs):
             print(f"{d} devices: skipped, only {len(devs)}")
             continue
-        tr = build_trainer(a.gaussians, "flat", a.steps, num_devices=d)
+        tr = build_trainer(a.gaussians, "flat", a.steps, replicas=d)
         tr.run_block(a.steps)  # compile
-        jax.block_until_ready(tr._state)
+        jax.block_until_ready(tr.device_state)
         t0 = time.perf_counter()
         m, _ = tr.run_block(a.steps)
-        jax.block_until_ready(tr._state)
+        jax.block_until_ready(tr.device_state)
         dt = time.perf_counter() - t0
         g = tr.state
         grad_bytes = sum(np.asarray(x).nbytes for x in jax.tree_util.tree_leaves(g.gaussians.params))

@@ -34,7 +34,7 @@ def main():
     import jax
     import jax.numpy as jnp
 
-    from jax_backend import activated, photometric_loss, rasterization
+    from jax_backend import activated, photometric_loss, traced_rasterization
     from jax_backend.rendering.binning import bin_gaussians
     from jax_backend.rendering.projection import project_gaussians
     from jax_backend.rendering.tiles import TileGrid
@@ -59,7 +59,7 @@ def main():
         return bin_gaussians(proj, grid, cap).gaussian_ids
 
     def render(means, quats, scales, opac, sh):
-        return rasterization(means, quats, scales, opac, sh, vm[None], K[None], W, H, sh_degree=3,
+        return traced_rasterization(means, quats, scales, opac, sh, vm[None], K[None], W, H, sh_degree=3,
                              isect_capacity=cap)[0][0]
 
     fwd = jax.jit(render)

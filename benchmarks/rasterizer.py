@@ -53,17 +53,17 @@ def measure(n: int, rasterizer: str, mode: str, repeats: int) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from jax_backend import rasterization
-    from jax_backend.rendering import next_isect_capacity
+    from jax_backend import rasterization, traced_rasterization
+    from jax_backend.rendering.isect_buffer import size_for
 
     args = [jnp.asarray(a, jnp.float32) for a in realistic_scene(n)]
     _, _, meta = rasterization(*args, WIDTH, HEIGHT, rasterizer=rasterizer)  # eager: finds the capacity
     isects = int(meta["num_intersections"][0])
-    cap = next_isect_capacity(isects)
+    cap = size_for(isects)
     target = 0.5
 
     def loss(means, quats, scales, opacities, colors):
-        img, alpha, m = rasterization(means, quats, scales, opacities, colors, args[5], args[6], WIDTH, HEIGHT,
+        img, alpha, m = traced_rasterization(means, quats, scales, opacities, colors, args[5], args[6], WIDTH, HEIGHT,
                                       rasterizer=rasterizer, isect_capacity=cap)
         return jnp.mean((img - target) ** 2), m["overflow"]
 

@@ -1,8 +1,9 @@
 """Whether two checkouts compile the same XLA programs: the rasterizers' forward and forward+backward
 and one training block, compiled in each tree (one process each) and compared instruction by
-instruction (source locations and metadata left out). Where the instructions are equal, the
-speed is equal whatever a noisy host's timings say; where they differ, `benchmarks.versus` times
-them.
+instruction (source locations, metadata and the instructions' names left out: names are numbered
+as a program is traced, and a branch traced and dropped at lowering renumbers what follows). Where
+the instructions are equal, the speed is equal whatever a noisy host's timings say; where they
+differ, the differing lines are printed, and `benchmarks.versus` times them.
 
     git worktree add /tmp/before <commit>
     python -m benchmarks.same_programs --before /tmp/before [--gaussians 10000]
@@ -10,6 +11,7 @@ them.
 from __future__ import annotations
 
 import argparse
+import difflib
 import hashlib
 import inspect
 import json
@@ -25,10 +27,14 @@ from benchmarks.versus import tree_env  # noqa: E402  (each tree's process: its 
 
 
 def instructions(compiled_text: str) -> str:
-    """The optimised HLO's instructions without source locations (file and line tables, metadata)."""
+    """The optimised HLO's instructions without source locations (file and line tables, metadata),
+    every name (%...) numbered in order of first appearance."""
     text = re.sub(r", metadata=\{[^}]*\}", "", compiled_text)
-    text = "\n".join(line for line in text.splitlines() if not re.match(r"^\d+ ", line))
-    return re.sub(r"stack_frame_id=\d+", "", text)
+    text = "\n".join(line for line in text.splitlines() if not re.match(r"^\d+ ", line) and
+                     not line.startswith("HloModule"))
+    text = re.sub(r"stack_frame_id=\d+", "", text)
+    names: dict = {}
+    return re.sub(r"%([A-Za-z_][\w.\-]*)", lambda m: names.setdefault(m.group(1), f"%{len(names)}"), text)
 
 
 def programs(n: int) -> dict:
@@ -38,12 +44,15 @@ def programs(n: int) -> dict:
 
     from benchmarks.rasterizer import HEIGHT, WIDTH, realistic_scene
     from benchmarks.train import build_trainer
+    import jax_backend
     from jax_backend import rasterization
 
-    # the buffer argument's name in either tree
+    # the traced entry point and the buffer argument's name in either tree
+    rasterization = getattr(jax_backend, "traced_rasterization", rasterization) if hasattr(
+        jax_backend.rendering, "traced_rasterization") else rasterization
     kw = "isect_capacity" if "isect_capacity" in inspect.signature(rasterization).parameters else "capacity"
     args = [jnp.asarray(a, jnp.float32) for a in realistic_scene(n)]
-    out = {}
+    out, texts = {}, {}
     for r in ("flat", "standard"):
         def loss(means, quats, scales, opacities, colors, r=r):
             img, _, _ = rasterization(means, quats, scales, opacities, colors, args[5], args[6], WIDTH, HEIGHT,
@@ -53,9 +62,18 @@ def programs(n: int) -> dict:
         for mode, fn in (("forward", jax.jit(loss)), ("fwd+bwd", jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3, 4))))):
             text = instructions(fn.lower(*args[:5]).compile().as_text())
             out[f"rasterizer {r} {mode}, N={n}"] = (hashlib.sha1(text.encode()).hexdigest(), text.count("\n"))
-    text = instructions(build_trainer(n, "flat", 20).lower_block(20).compile().as_text())
+            texts[f"rasterizer {r} {mode}, N={n}"] = text
+    tr = build_trainer(n, "flat", 20)
+    if hasattr(tr, "lower_block"):
+        lowered = tr.lower_block(20)
+    else:  # compiling for a trainer's devices in its own module
+        from jax_backend.training import aot
+
+        lowered = aot.lower_block(tr, 20)
+    text = instructions(lowered.compile().as_text())
+    texts[f"training block (flat, 20 steps), N={n}"] = text
     out[f"training block (flat, 20 steps), N={n}"] = (hashlib.sha1(text.encode()).hexdigest(), text.count("\n"))
-    return out
+    return out, texts
 
 
 def main():
@@ -65,7 +83,8 @@ def main():
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.child:
-        print(json.dumps(programs(a.gaussians)))
+        out, texts = programs(a.gaussians)
+        print(json.dumps({"digests": out, "texts": texts}))
         return
     res = {}
     for name, tree in (("before", a.before), ("after", HERE)):
@@ -76,12 +95,23 @@ def main():
         if out.returncode:
             raise RuntimeError(f"{tree} failed:\n{out.stderr[-3000:]}")
         res[name] = json.loads(out.stdout.strip().splitlines()[-1])
+    texts = {name: r["texts"] for name, r in res.items()}
+    res = {name: r["digests"] for name, r in res.items()}
     print(f"# before: {a.before}; after: {HERE}; optimised HLO instructions compared (source locations left out)")
     print("| program | instructions before | after | the same |")
     print("|---|---|---|---|")
+    differ = []
     for prog, (digest, lines) in res["before"].items():
         d2, l2 = res["after"][prog]
         print(f"| {prog} | {lines} | {l2} | {'yes' if digest == d2 else 'no'} |")
+        if digest != d2:
+            differ.append(prog)
+    for prog in differ:
+        diff = [line for line in difflib.unified_diff(texts["before"][prog].splitlines(),
+                                                        texts["after"][prog].splitlines(), lineterm="", n=0)
+                if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+        print(f"\n{prog}: {len(diff)} lines differ; the first 8:")
+        print("\n".join(diff[:8]))
 
 
 if __name__ == "__main__":

@@ -26,12 +26,12 @@ CONFIGS = {
 
 
 def build_trainer(n: int, rasterizer: str, steps_per_block: int, ssim_lambda: float = 0.2, tile_devices: int = 0,
-                  **trainer_kw):
+                  replicas: int = 0, **trainer_kw):
     import jax.numpy as jnp
     import numpy as np
 
     from jax_backend import rasterization
-    from jax_backend import DefaultStrategy, Gaussians, TrainConfig, Trainer, make_dataset, rgb_to_sh0
+    from jax_backend import DefaultStrategy, Gaussians, TrainConfig, Trainer, make_dataset, make_layout, rgb_to_sh0
 
     from .rasterizer import HEIGHT, WIDTH, realistic_scene
 
@@ -52,9 +52,9 @@ def build_trainer(n: int, rasterizer: str, steps_per_block: int, ssim_lambda: fl
     p = {"means": means, "scales": np.log(scales), "quats": quats, "opacities": np.log(opac / (1 - opac)),
          "sh0": rgb_to_sh0(colors)[:, None], "shN": np.zeros((n, 15, 3))}
     g = Gaussians({k: jnp.asarray(v, jnp.float32) for k, v in p.items()}, jnp.ones(n, bool))
-    cfg = TrainConfig(steps_per_block=steps_per_block, rasterizer=rasterizer, ssim_lambda=ssim_lambda, tile_devices=tile_devices,
+    cfg = TrainConfig(steps_per_block=steps_per_block, rasterizer=rasterizer, ssim_lambda=ssim_lambda,
                       strategy=DefaultStrategy(refine_start=10**9))
-    return Trainer(cfg, data, g, scene_extent=2.0, **trainer_kw)
+    return Trainer(cfg, data, g, scene_extent=2.0, layout=make_layout(replicas, tile_devices), **trainer_kw)
 
 
 def measure(n: int, name: str, steps: int) -> dict:

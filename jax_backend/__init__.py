@@ -5,7 +5,8 @@ Import everything a user needs from here:
     from jax_backend import rasterization                      # render (gsplat's signature)
     from jax_backend import Trainer, TrainConfig, make_dataset, make_strategy, init_from_points
 
-Packages: `devices` (which devices a run uses and compiles for, placement), `rendering` (projection, SH, binning, the blend rule, the three rasterizers and the entry
+Packages: `layout` (how a run is laid out on devices: one `Layout` value), `devices` (compile-only
+topology devices, CPU cores, GPU memory), `rendering` (projection, SH, binning, the blend rule, the three rasterizers and the entry
 point), `training` (Gaussians, loss, optimizer, strategies, data, step, trainer), `files` (PLY,
 checkpoints, atomic and background writes).
 
@@ -31,10 +32,10 @@ _EXPORTS = {
     "RasterizerOptions": "rendering",
     "rasterization": "rendering",
     "count_intersections": "rendering",
-    "auto_data_devices": "devices",
-    "auto_tile_devices": "devices",
-    "compile_for": "devices",
-    "tile_copies": "devices",
+    "traced_rasterization": "rendering",
+    "Layout": "layout",
+    "make_layout": "layout",
+    "local_layout": "layout",
     "topology_devices": "devices",
     "share_gpu_memory": "devices",
     "use_cpu_cores": "devices",

@@ -12,8 +12,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from . import devices
-
 BLOCK = 1024  # elements per block of a blocked prefix
 
 # Contractions at float32 on every platform. At the default precision a TPU multiplies float32
@@ -128,11 +126,14 @@ def radix_sort(keys, bits: int, values=None):
     return jax.lax.fori_loop(0, bits, one_pass, (keys, values))
 
 
-def use_radix_sort() -> bool:
-    """Whether programs built now sort by `radix_sort`: on TPU, where XLA's sort of 2^17-2^20 keys
-    compiles for 11 s (v5e) to 25-41 s (v6e) each and the radix sort in 2-4 s, and 64-bit keys
-    (`sort_pairs`) are emulated. Elsewhere `lax.sort` runs faster (5x on this CPU)."""
-    return devices.platform() == "tpu"
+def per_platform(*args, tpu, default):
+    """`tpu(*args)` in a program lowered for a TPU, `default(*args)` elsewhere, for two ways of
+    computing the same values (`jax.lax.platform_dependent`: JAX picks the branch when it lowers
+    for a platform, and the compiler sees that branch alone). The sorts use it: a radix sort on
+    TPU, where XLA's sort of 2^17-2^20 keys compiles for 11 s (v5e) to 25-41 s (v6e) each and the
+    radix sort in 2-4 s, and 64-bit keys (`sort_pairs`) are emulated; elsewhere `lax.sort`, which
+    runs faster (5x on this CPU)."""
+    return jax.lax.platform_dependent(*args, tpu=tpu, default=default)
 
 
 def sortable_bits(x):
@@ -157,9 +158,16 @@ def sort_pairs(hi, lo):
 
 def argsort(x):
     """[N] int32: `jnp.argsort(x, stable=True)` of float32 `x` (ties by index, -0 equal to 0, NaNs
-    last), as one sort of (value bits, index) pairs (`sort_pairs`), or a radix sort of the value
-    bits where `use_radix_sort`."""
-    n = x.shape[0]
-    if use_radix_sort():
-        return radix_sort(sortable_bits(x), 32)[1]
-    return sort_pairs(sortable_bits(x), jnp.arange(n, dtype=jnp.uint32))[1].astype(jnp.int32)
+    last): a radix sort of the value bits on TPU (`argsort_by_radix`), one sort of (value bits,
+    index) pairs elsewhere (`argsort_by_pairs`; `per_platform`)."""
+    return per_platform(x, tpu=argsort_by_radix, default=argsort_by_pairs)
+
+
+def argsort_by_radix(x):
+    """`argsort` as a TPU program computes it."""
+    return radix_sort(sortable_bits(x), 32)[1].astype(jnp.int32)
+
+
+def argsort_by_pairs(x):
+    """`argsort` as every other program computes it."""
+    return sort_pairs(sortable_bits(x), jnp.arange(x.shape[0], dtype=jnp.uint32))[1].astype(jnp.int32)

@@ -18,7 +18,7 @@ import json
 import math
 from pathlib import Path
 
-from .bridge import camera_model_problem
+from .cameras import camera_model_problem
 from .errors import InputError
 
 _IMAGE_DIRS = ("images_2", "images_4", "images_8")

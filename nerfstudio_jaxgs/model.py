@@ -1,6 +1,8 @@
 """The jax-gs model: a `SplatfactoModel` (so nerfstudio's exporter and viewer treat it as a splat
-model) whose state lives in JAX. Its means/scales/quats/opacities/shs are torch views of the JAX
-arrays through DLPack. No math here: rendering and training are `jax_backend`'s."""
+model) that shows the Gaussians it is given. The pipeline owns the training engine and publishes
+its Gaussians after every block (`publish`); a checkpoint loaded without an engine (ns-viewer,
+ns-export) gives them too. Its means/scales/quats/opacities/shs are torch views of the JAX arrays
+through DLPack. No math here: rendering and training are `jax_backend`'s."""
 from __future__ import annotations
 
 import functools
@@ -13,10 +15,23 @@ import torch
 
 from nerfstudio.models.splatfacto import SplatfactoModel, SplatfactoModelConfig
 
-from .bridge import camera_model_problem, cameras_to_opencv, to_torch
+from .bridge import to_torch
+from .cameras import camera_model_problem, cameras_to_opencv
 from .errors import InputError
 
+NO_TORCH_LOSS = ("jax-gs computes its loss and metrics inside the compiled training block "
+                 "(jax_backend.training.step), not from torch outputs: nerfstudio's per-batch loss path "
+                 "(get_loss_dict, get_metrics_dict, get_eval_loss_dict) is not used by ns-train jax-gs")
 PREFIX = "jaxgs"  # state-dict keys: "jaxgs.train<name>" (whole training state) or "jaxgs.gaussians<name>"
+
+
+def checkpoint_entries(kind: str, arrays: dict, trained_steps: int, prefix: str = "") -> dict:
+    """The model's state-dict entries (torch tensors) for `arrays`: the whole training state
+    (`kind` "train", `jax_backend.training.checkpointing.state_arrays`) or the Gaussians alone
+    ("gaussians"), and the steps trained."""
+    out = {f"{prefix}{PREFIX}.{kind}{name}": to_torch(a).clone() for name, a in arrays.items()}
+    out[f"{prefix}{PREFIX}.trained_steps"] = torch.tensor(int(trained_steps))
+    return out
 
 
 @dataclass
@@ -92,14 +107,13 @@ class JaxGSModel(SplatfactoModel):
     def populate_modules(self):  # no super(): splatfacto's calls .cuda() and gsplat
         from torchmetrics.image import PeakSignalNoiseRatio, StructuralSimilarityIndexMeasure
 
-        from .settings import initial_gaussians
+        from .initial import initial_gaussians
 
         scene_box = self.scene_box.aabb.cpu().numpy() if getattr(self, "scene_box", None) is not None else None
         # SplatfactoModel.__init__ keeps the dataparser's seed points in self.seed_points
         self.gaussians = initial_gaussians(self.config, getattr(self, "seed_points", None), scene_box)
-        self.engine = None  # jax_backend.Trainer, attached by the pipeline for training
-        self._pending_state = None  # checkpoint arrays waiting for the engine
-        self._trained_steps = 0
+        self.trained_steps = 0  # steps trained to reach `gaussians` (their SH degree)
+        self.loaded_training_state = None  # a checkpoint's whole training state, for an engine to resume
         self._view_cache = None
         self._placed = None  # (the Gaussians, their copy on the render tile devices): `_render_gaussians`
         self.psnr = PeakSignalNoiseRatio(data_range=1.0)
@@ -142,46 +156,16 @@ class JaxGSModel(SplatfactoModel):
             print(f"[jax-gs] LPIPS skipped: its pretrained weights are not available ({type(e).__name__})")
             return None
 
-    def attach_engine(self, dataset, scene_extent: float, max_steps: int, optimizers=None):
-        """Build the JAX trainer on the on-device dataset for a run ending at step `max_steps`
-        (and restore a pending checkpoint). `optimizers`: nerfstudio's `--optimizers` dict."""
-        import jax
-
-        from jax_backend import Trainer, auto_data_devices
-
-        from .settings import train_config
-
-        c = self.config
-        cfg = train_config(c, max_steps, self.num_train_data, optimizers, self.training_background())
-        # default: every accelerator; on a CPU one device, its cores dealing each view's tiles
-        num_devices = c.num_devices or auto_data_devices()
-        if num_devices > len(jax.local_devices()):
-            raise InputError(f"num-devices {num_devices}: this host has {len(jax.local_devices())} JAX device(s)")
-        # the capacity grows on the host as density control needs it
-        try:
-            self.engine = Trainer(cfg, dataset, self.gaussians, scene_extent, log=print, num_devices=num_devices,
-                                  views_per_device=c.views_per_device)
-        except ValueError as e:  # the engine checks the device settings (tile-devices against num-devices)
-            raise InputError(f"device settings: {e}") from None
-        if self.engine.views_per_step > 1:
-            print(f"[jax-gs] data parallel: {num_devices} device(s) x {c.views_per_device} view(s) per step")
-        if self.engine.cfg.tile_devices > 1:
-            print(f"[jax-gs] each view's tiles dealt over {self.engine.cfg.tile_devices} "
-                  f"{jax.default_backend().upper()} devices")
-        if self._pending_state is not None:
-            self.engine.load_state_arrays(self._pending_state, "checkpoint")
-            self._pending_state = None
-        self._sync_from_engine()
-
-    def _sync_from_engine(self):
-        if self.engine is not None:
-            self.gaussians = self.engine.gaussians
-            self._trained_steps = self.engine.step
-            self._view_cache = None
-            cameras = self.engine.cameras
-            if cameras is not None and hasattr(self, "camera_optimizer"):
-                with torch.no_grad():
-                    self.camera_optimizer.pose_adjustment.copy_(torch.from_numpy(np.array(cameras.deltas)))
+    def publish(self, gaussians, trained_steps: int, pose_deltas=None) -> None:
+        """Show `gaussians` (a `jax_backend.Gaussians`, trained for `trained_steps`) from now on: the
+        viewer's and eval's renders, the exporter's torch views. `pose_deltas` [views, 6]: the
+        learned camera corrections, which the viewer draws."""
+        self.gaussians = gaussians
+        self.trained_steps = int(trained_steps)
+        self._view_cache = None
+        if pose_deltas is not None and hasattr(self, "camera_optimizer"):
+            with torch.no_grad():
+                self.camera_optimizer.pose_adjustment.copy_(torch.from_numpy(np.array(pose_deltas)))
 
     # ------------------------------------------------------------------ torch views (DLPack)
     def _views(self):
@@ -250,33 +234,26 @@ class JaxGSModel(SplatfactoModel):
     def _sh_degree_now(self) -> int:
         from jax_backend import sh_degree_at
 
-        return sh_degree_at(self._trained_steps, self.config.sh_degree_interval, self.config.sh_degree)
+        return sh_degree_at(self.trained_steps, self.config.sh_degree_interval, self.config.sh_degree)
 
     @functools.cached_property
-    def _render_tile_devices(self) -> int:
-        """Devices the viewer's and eval's renders deal their tiles over (decided once, not per
-        frame): the tile-devices setting, automatic by default (every core on a CPU), within this
-        host's devices."""
-        import jax
-
-        from jax_backend import auto_tile_devices
+    def _render_layout(self):
+        """Where the viewer's and eval's renders run (decided once, not per frame): one replica,
+        its tiles dealt over the tile-devices setting (automatic: every core on a CPU), within this
+        host's devices (`settings.layout`)."""
+        from .settings import layout
 
         try:
-            n = self.config.tile_devices or auto_tile_devices()
+            return layout(self.config, for_rendering=True)
         except ValueError as e:  # $JAXGS_TILE_DEVICES
             raise InputError(str(e)) from None
-        # clamped, not refused (training refuses, in the engine): a config written on a machine
-        # with more cores still renders here
-        return max(1, min(n, len(jax.local_devices())))
 
     def _render_gaussians(self):
         """The Gaussians where the renders run: placed on the render tile devices once per change
         of `self.gaussians` (a block, a load), not per viewer frame (a copy per device: ~22 ms a
         frame at 300k Gaussians)."""
-        from jax_backend import tile_copies
-
         if self._placed is None or self._placed[0] is not self.gaussians:
-            self._placed = (self.gaussians, tile_copies(self.gaussians, self._render_tile_devices))
+            self._placed = (self.gaussians, self._render_layout.place(self.gaussians))
         return self._placed[1]
 
     def render(self, camera, background=None) -> Dict[str, torch.Tensor]:
@@ -300,7 +277,7 @@ class JaxGSModel(SplatfactoModel):
         colors, alpha = render_gaussians(self._render_gaussians(), vm[0], K[0], W, H, sh_degree=self._sh_degree_now(),
                                          background=bg, render_mode="RGB+ED", rasterizer=self.config.rasterizer,
                                          rasterize_mode=self.config.rasterize_mode,
-                                         keep=keep, tile_devices=self._render_tile_devices)
+                                         keep=keep, layout=self._render_layout)
         colors, alpha = colors[:h, :w], alpha[:h, :w]  # numpy: no program per size
         depth = colors[..., 3:4]
         if (alpha > 0).any():  # as splatfacto: pixels nothing covers at the image's farthest depth
@@ -328,18 +305,11 @@ class JaxGSModel(SplatfactoModel):
             image = image.float() / 255.0
         return image
 
-    def get_metrics_dict(self, outputs, batch) -> Dict[str, torch.Tensor]:
-        gt = self.composite_with_background(self.get_gt_img(batch["image"]), outputs["background"])
-        return {"psnr": self.psnr(outputs["rgb"], gt), "gaussian_count": self.num_points}
+    def get_metrics_dict(self, outputs, batch):
+        raise NotImplementedError(NO_TORCH_LOSS)
 
-    def get_loss_dict(self, outputs, batch, metrics_dict=None) -> Dict[str, torch.Tensor]:
-        """The training loss of this render, computed by the backend (`jax_backend.photometric_loss`)."""
-        from jax_backend import photometric_loss
-
-        gt = self.composite_with_background(self.get_gt_img(batch["image"]), outputs["background"])
-        loss = photometric_loss(outputs["rgb"].detach().cpu().numpy(), gt.detach().cpu().numpy(),
-                                ssim_lambda=self.config.ssim_lambda)
-        return {"main_loss": torch.tensor(float(loss))}
+    def get_loss_dict(self, outputs, batch, metrics_dict=None):
+        raise NotImplementedError(NO_TORCH_LOSS)
 
     @torch.no_grad()
     def get_image_metrics_and_images(self, outputs, batch):
@@ -360,16 +330,12 @@ class JaxGSModel(SplatfactoModel):
 
     # ------------------------------------------------------------------ checkpoints (torch tensors only)
     def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False):
+        """The Gaussians shown (a training pipeline writes its engine's whole state instead:
+        `JaxGSPipeline.state_dict`)."""
         from jax_backend import gaussians_arrays
 
         out = {} if destination is None else destination
-        if self.engine is not None:
-            kind, arrays = "train", self.engine.state_arrays()
-        else:
-            kind, arrays = "gaussians", gaussians_arrays(self.gaussians)
-        for name, a in arrays.items():
-            out[f"{prefix}{PREFIX}.{kind}{name}"] = to_torch(a).clone()
-        out[f"{prefix}{PREFIX}.trained_steps"] = torch.tensor(self._trained_steps if self.engine is None else self.engine.step)
+        out.update(checkpoint_entries("gaussians", gaussians_arrays(self.gaussians), self.trained_steps, prefix))
         return out
 
     def load_state_dict(self, state_dict, strict: bool = True, **kwargs):  # type: ignore[override]
@@ -379,16 +345,10 @@ class JaxGSModel(SplatfactoModel):
         if not tensors:
             raise InputError("checkpoint has no jax-gs state (was it written by another method?)")
         trained = tensors.pop("trained_steps", None)
-        self._trained_steps = int(trained) if trained is not None else 0
         for kind in ("train", "gaussians"):
             arrays = {k[len(kind):]: v.detach().cpu().numpy() for k, v in tensors.items() if k.startswith(kind)}
             if arrays:
                 break
-        if kind == "train" and self.engine is not None:
-            self.engine.load_state_arrays(arrays, "checkpoint")
-            self._sync_from_engine()  # the engine's Gaussians
-        else:
-            self.gaussians = gaussians_from_arrays(arrays, "checkpoint")
-            if kind == "train":
-                self._pending_state = arrays  # for the engine, once the pipeline attaches it
-        self._view_cache = None
+        self.publish(gaussians_from_arrays(arrays, "checkpoint"), int(trained) if trained is not None else 0)
+        # a training state: the pipeline's engine resumes from it (`JaxGSPipeline.ensure_engine`)
+        self.loaded_training_state = arrays if kind == "train" else None

@@ -1,5 +1,7 @@
-"""Pipeline: hands nerfstudio's cached training images and cameras to the JAX engine once, then
-trains in blocks. nerfstudio's datamanager, eval and viewer code paths stay as they are."""
+"""Pipeline: owns the JAX training engine (`jax_backend.Trainer`), hands it nerfstudio's cached
+training images and cameras once, trains in blocks and publishes the engine's Gaussians to the
+model after each (`JaxGSModel.publish`). Its checkpoints hold the engine's whole training state.
+nerfstudio's datamanager, eval and viewer code paths stay as they are."""
 from __future__ import annotations
 
 import contextlib
@@ -10,11 +12,40 @@ import numpy as np
 
 from nerfstudio.pipelines.base_pipeline import VanillaPipeline, VanillaPipelineConfig
 
-from .bridge import cameras_to_opencv
+from .cameras import cameras_to_opencv
 from .checks import check_scene, check_views
 from .errors import InputError, user_errors
 from .hooks import install_pipeline_hooks, no_prompts
+from .model import NO_TORCH_LOSS, PREFIX, checkpoint_entries
 from .settings import check_datamanager
+
+
+def build_engine(model, dataset, scene_extent: float, max_steps: int, optimizers=None):
+    """The JAX trainer for `model`'s settings and Gaussians on the on-device `dataset`, for a run
+    ending at step `max_steps` (`optimizers`: nerfstudio's `--optimizers` dict), resumed from the
+    training state of a checkpoint the model loaded (`loaded_training_state`), if any."""
+    import jax
+
+    from jax_backend import Trainer
+    from jax_backend.training import checkpointing
+
+    from .settings import layout, train_config
+
+    c = model.config
+    cfg = train_config(c, max_steps, model.num_train_data, optimizers, model.training_background())
+    try:  # the capacity grows on the host as density control needs it
+        engine = Trainer(cfg, dataset, model.gaussians, scene_extent, log=print, layout=layout(c),
+                         views_per_device=c.views_per_device)
+    except ValueError as e:  # the engine's own checks of the settings (views per step against the views)
+        raise InputError(f"device settings: {e}") from None
+    if engine.views_per_step > 1:
+        print(f"[jax-gs] data parallel: {engine.layout.replicas} device(s) x {c.views_per_device} view(s) per step")
+    if engine.layout.tile_devices > 1:
+        print(f"[jax-gs] each view's tiles dealt over {engine.layout.tile_devices} "
+              f"{jax.default_backend().upper()} devices")
+    if model.loaded_training_state is not None:
+        checkpointing.load_state_arrays(engine, model.loaded_training_state, "checkpoint")
+    return engine
 
 
 @dataclass
@@ -31,6 +62,7 @@ class JaxGSPipeline(VanillaPipeline):
         check_datamanager(dm)
         with no_prompts(), user_errors(f"loading the scene {data}"):
             super().__init__(config, *args, **kwargs)
+        self.engine = None  # jax_backend.Trainer, built on first training use (`ensure_engine`)
         test_mode = kwargs.get("test_mode", args[1] if len(args) > 1 else "val")
         if test_mode == "val":  # training: every image it will read, before any compute
             self._check_views(training=True)
@@ -42,13 +74,12 @@ class JaxGSPipeline(VanillaPipeline):
     def _start_from_ply(self) -> None:
         """The model's Gaussians from --pipeline.model.init-ply (a checkpoint loaded afterwards,
         on resume, replaces them)."""
-        from .settings import gaussians_from_ply
+        from .initial import gaussians_from_ply
 
         outputs = self.datamanager.train_dataparser_outputs
         gaussians = gaussians_from_ply(self.model.config, outputs.dataparser_transform.numpy(),
                                        outputs.dataparser_scale)
-        self.model.gaussians = gaussians
-        self.model._view_cache = None
+        self.model.publish(gaussians, 0)
         print(f"[jax-gs] starting from {int(gaussians.alive.sum())} Gaussians of {self.model.config.init_ply} "
               f"({self.model.config.init_ply_frame} frame)")
 
@@ -76,9 +107,8 @@ class JaxGSPipeline(VanillaPipeline):
     def ensure_engine(self, max_steps: int, optimizers=None):
         """Build the on-device dataset and the engine on first use (not for viewing or export),
         for a run ending at step `max_steps`; `optimizers`: nerfstudio's `--optimizers` dict."""
-        model = self.model
-        if model.engine is not None:
-            return model.engine
+        if self.engine is not None:
+            return self.engine
         from jax_backend import make_dataset, scene_extent
 
         dm = self.datamanager
@@ -92,8 +122,45 @@ class JaxGSPipeline(VanillaPipeline):
             masks = [np.asarray(d["mask"].cpu().numpy())[..., 0].astype(bool) for d in cached]
         viewmats, Ks, _, _ = cameras_to_opencv(dm.train_dataset.cameras)
         data = make_dataset(images, viewmats, Ks, masks)
-        model.attach_engine(data, max(scene_extent(viewmats), 1e-3), max_steps, optimizers)
-        return model.engine
+        self.engine = build_engine(self.model, data, max(scene_extent(viewmats), 1e-3), max_steps, optimizers)
+        self.model.loaded_training_state = None  # in the engine now
+        self._publish()
+        return self.engine
+
+    def _publish(self) -> None:
+        """The engine's Gaussians, steps and pose corrections shown by the model."""
+        cameras = self.engine.cameras
+        self.model.publish(self.engine.gaussians, self.engine.step, None if cameras is None else cameras.deltas)
+
+    def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False):
+        """nerfstudio's, with the engine's whole training state (Adam's moments, statistics, pose
+        corrections) in place of the model's Gaussians once training has built it."""
+        out = super().state_dict(*args, destination=destination, prefix=prefix, keep_vars=keep_vars)
+        if self.engine is not None:
+            from jax_backend.training import checkpointing
+
+            model_prefix = f"{prefix}_model."
+            for key in [k for k in out if k.startswith(f"{model_prefix}{PREFIX}.")]:
+                del out[key]
+            out.update(checkpoint_entries("train", checkpointing.state_arrays(self.engine), self.engine.step,
+                                          model_prefix))
+        return out
+
+    def load_state_dict(self, state_dict, strict=None):
+        """nerfstudio's; a training state loaded after the engine was built goes into the engine."""
+        super().load_state_dict(state_dict, strict=strict)
+        if self.engine is not None and self.model.loaded_training_state is not None:
+            from jax_backend.training import checkpointing
+
+            checkpointing.load_state_arrays(self.engine, self.model.loaded_training_state, "checkpoint")
+            self.model.loaded_training_state = None
+            self._publish()
+
+    def get_train_loss_dict(self, step: int):
+        raise NotImplementedError(NO_TORCH_LOSS)
+
+    def get_eval_loss_dict(self, step: int):
+        raise NotImplementedError(NO_TORCH_LOSS)
 
     def make_snapshots(self, out_dir):
         """`jax_backend.Snapshots` as the model's `snapshot_every` asks (None when 0), previewing
@@ -121,7 +188,7 @@ class JaxGSPipeline(VanillaPipeline):
         engine = self.ensure_engine(max_steps)
         metrics, info = engine.run_block(num_steps)
         with publish_lock if publish_lock is not None else contextlib.nullcontext():
-            self.model._sync_from_engine()
+            self._publish()
         out = {
             "loss": float(np.mean(metrics["loss"])),
             "psnr": float(np.mean(metrics["psnr"])),

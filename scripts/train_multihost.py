@@ -35,10 +35,12 @@ def main():
 
     from jax_backend import host_views, initialize_from_env
 
+    from jax_backend.training import evaluation
+
     initialize_from_env()
     import jax
 
-    from jax_backend import TrainConfig, Trainer, init_random, make_dataset, make_strategy, write_ply
+    from jax_backend import TrainConfig, Trainer, init_random, make_dataset, make_layout, make_strategy, write_ply
     from benchmarks.captures import load_transforms
 
     main_process = jax.process_index() == 0
@@ -50,7 +52,7 @@ def main():
                       strategy=make_strategy(a.strategy, budget=a.max_gaussians))
     r = 0.5 * d["scene_extent"] / 1.1
     g = init_random(a.init_points, [-r] * 3, [r] * 3, sh_degree=cfg.sh_degree)  # same seed on every host
-    tr = Trainer(cfg, data, g, d["scene_extent"], num_devices=len(jax.local_devices()),
+    tr = Trainer(cfg, data, g, d["scene_extent"], layout=make_layout(),
                  views_per_device=a.views_per_device, log=print if main_process else (lambda m: None))
     if main_process:
         print(f"{jax.process_count()} process(es), {len(jax.devices())} device(s), {tr.views_per_step} views per step; "
@@ -67,7 +69,7 @@ def main():
         out = Path(a.out)
         out.mkdir(parents=True, exist_ok=True)
         n = write_ply(out / "splat.ply", *jax.device_get((tr.state.gaussians.params, tr.state.gaussians.alive)))
-        print(f"wrote {n} Gaussians to {out / 'splat.ply'}; held-out PSNR {tr.heldout_psnr(*d['test']):.2f} dB")
+        print(f"wrote {n} Gaussians to {out / 'splat.ply'}; held-out PSNR {evaluation.heldout_psnr(tr, *d['test']):.2f} dB")
 
 
 if __name__ == "__main__":

@@ -41,17 +41,18 @@ import pytest  # noqa: E402
 
 @pytest.fixture
 def built_for_tpu(monkeypatch):
-    """Programs traced inside the test are built as for a TPU (every choice made by platform: radix
-    sorts, one buffer tier, SSIM by slices) and run on this CPU; JAX's trace caches are cleared on
-    entry and exit so that no program traced under one policy is reused under the other. Yields
-    the list the radix sorts built meanwhile append to."""
+    """Programs traced inside the test compute as a TPU program does where the computation is chosen
+    when lowering (`array_ops.per_platform`: radix sorts, SSIM by slices) and run on this CPU; the
+    choices of structure take a platform argument, which the test passes ("tpu"). JAX's trace
+    caches are cleared on entry and exit so that no program traced one way is reused the other.
+    Yields the list the radix sorts built meanwhile append to."""
     import jax
 
-    from jax_backend import array_ops, devices
+    from jax_backend import array_ops
 
     radix_calls = []
     radix_sort = array_ops.radix_sort
-    monkeypatch.setattr(devices, "platform", lambda: "tpu")
+    monkeypatch.setattr(array_ops, "per_platform", lambda *args, tpu, default: tpu(*args))
     monkeypatch.setattr(array_ops, "radix_sort", lambda *a, **k: radix_calls.append(1) or radix_sort(*a, **k))
     jax.clear_caches()
     yield radix_calls

@@ -6,13 +6,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def train_local(num_devices=1, views=None):
+def train_local(replicas=1, views=None):
     """Train 3 blocks of 10 steps on `views` (default: all; "host": this host's share) of the
     synthetic scene; returns the
     parameters and the global view index of every lane at every step."""
     import numpy as np
 
-    from jax_backend import Dataset, DefaultStrategy, OptimConfig, TrainConfig, Trainer, init_random
+    from jax_backend import Dataset, DefaultStrategy, OptimConfig, TrainConfig, Trainer, init_random, make_layout
     from synthetic import known_scene
 
     _, train, _ = known_scene(views=16)
@@ -26,7 +26,7 @@ def train_local(num_devices=1, views=None):
     cfg = TrainConfig(max_steps=200, steps_per_block=10, sh_degree=1, sh_degree_interval=10, strategy=strategy,
                       optim=OptimConfig().with_eps(1e-6))
     tr = Trainer(cfg, data, init_random(256, -1, 1, sh_degree=1, capacity=1024), scene_extent=1.5,
-                 num_devices=num_devices, log=lambda m: None)
+                 layout=make_layout(replicas=replicas), log=lambda m: None)
     views = []
     for _ in range(3):
         m, _ = tr.run_block()
@@ -43,7 +43,7 @@ def main(out_path):
     import jax
     import numpy as np
 
-    out = train_local(num_devices=len(jax.local_devices()), views="host")
+    out = train_local(replicas=len(jax.local_devices()), views="host")
     np.savez(out_path, process=jax.process_index(), count=jax.process_count(), global_views=out.pop("views"), **out)
 
 

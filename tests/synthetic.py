@@ -1,8 +1,8 @@
 """A small scene rendered from known Gaussians, for training tests."""
 import numpy as np
 
-from jax_backend import rasterization
-from jax_backend import make_dataset
+from jax_backend import make_dataset, rasterization
+from jax_backend.training import evaluation
 from scenes import cameras
 
 
@@ -28,4 +28,4 @@ def known_scene(n=150, width=64, height=48, views=16, seed=0):
 
 
 def heldout_psnr(trainer, test):
-    return trainer.heldout_psnr(*test)
+    return evaluation.heldout_psnr(trainer, *test)

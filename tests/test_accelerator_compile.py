@@ -24,9 +24,8 @@ except Exception as e:  # libtpu or the CUDA plugin missing or unable to load
     print("SKIP " + (str(e).strip().splitlines() or [type(e).__name__])[0][:200]); sys.exit(0)
 import jax, jax.numpy as jnp
 from benchmarks import hlo_checks, launches
+from jax_backend.training import aot
 from benchmarks.accelerator_compile import lower_program, small_render_programs, small_trainer
-from jax_backend import compile_for
-from jax_backend.devices import platform
 gpu = target[0].platform == "gpu"
 
 def census(compiled):
@@ -45,33 +44,31 @@ def census(compiled):
 out = {}
 for name in ("default", "mcmc"):  # the default block with pose corrections and bilateral grids (their contractions)
     tr = small_trainer(name, corrections=name == "default")
-    out[name] = census(tr.lower_block(5, target).compile())
+    out[name] = census(aot.lower_block(tr, 5, target).compile())
     if name == "default":
-        refine = tr.lower_refine(target).compile()
+        refine = aot.lower_refine(tr, target).compile()
         out["refine_temp"] = refine.memory_analysis().temp_size_in_bytes
-out["budget_refine_sorts"] = small_trainer("default", budget=3000).lower_refine(target).compile().as_text().count(" sort(")
+out["budget_refine_sorts"] = aot.lower_refine(small_trainer("default", budget=3000), target).compile().as_text().count(" sort(")
 
-lower = lambda fn, args: lower_program(fn, args, target)  # for target[0], inside compile_for
+lower = lambda fn_for, args: lower_program(fn_for, args, target)  # for target[0]
 
 lowered = {}
-with compile_for(target[:1]):
-    out["platform_inside"] = platform()
-    for name, (fn, args) in small_render_programs().items():
-        lowered[name] = lower(fn, args)
-    # the checkers can fail on this target's text: a float32 dot at default precision, a host callback
-    a = np.ones((128, 128), np.float32)
-    lowered["probe_dot"] = lower(lambda x, y: jnp.dot(x, y) + jnp.dot(x, y, precision="highest"), [a, a])
-    # a host callback, else (a compile-only GPU cannot lower one: it asks for a GPU backend) a move to host memory
-    out["probe_host"] = None
-    for probe in (lambda x: jax.pure_callback(np.sin, jax.ShapeDtypeStruct(x.shape, x.dtype), x) * 2,
-                  lambda x: jax.device_put(x * 2, jax.sharding.SingleDeviceSharding(target[0], memory_kind="pinned_host"))):
-        try:
-            out["probe_host"] = hlo_checks.host_traffic(lower(probe, [a]).compile().as_text())
-        except Exception as e:
-            out.setdefault("probe_host_errors", []).append(str(e).splitlines()[0][:200])
-        if out["probe_host"]:
-            break
-out["platform_after"] = platform()
+out["platform"] = target[0].platform
+for name, (fn_for, args) in small_render_programs().items():
+    lowered[name] = lower(fn_for, args)
+# the checkers can fail on this target's text: a float32 dot at default precision, a host callback
+a = np.ones((128, 128), np.float32)
+lowered["probe_dot"] = lower(lambda _: lambda x, y: jnp.dot(x, y) + jnp.dot(x, y, precision="highest"), [a, a])
+# a host callback, else (a compile-only GPU cannot lower one: it asks for a GPU backend) a move to host memory
+out["probe_host"] = None
+for probe in (lambda x: jax.pure_callback(np.sin, jax.ShapeDtypeStruct(x.shape, x.dtype), x) * 2,
+              lambda x: jax.device_put(x * 2, jax.sharding.SingleDeviceSharding(target[0], memory_kind="pinned_host"))):
+    try:
+        out["probe_host"] = hlo_checks.host_traffic(lower(lambda _, probe=probe: probe, [a]).compile().as_text())
+    except Exception as e:
+        out.setdefault("probe_host_errors", []).append(str(e).splitlines()[0][:200])
+    if out["probe_host"]:
+        break
 for name, low in lowered.items():
     out[name] = census(low.compile())
 print(json.dumps(out))
@@ -91,8 +88,6 @@ def _compiled(target: str, required_by: str, what: str) -> dict:
         assert not os.environ.get(required_by), f"{what} cannot load: {last[5:]}"
         pytest.skip(f"{what} cannot load here: {last[5:]}")
     out = json.loads(last)
-    # the programs were built for the target's platform, and only inside compile_for
-    assert out["platform_after"] == "cpu"
     _no_default_precision_and_no_host_traffic(out)
     return out
 
@@ -103,7 +98,7 @@ def _no_default_precision_and_no_host_traffic(out: dict):
     waits on the host (`benchmarks.hlo_checks`); the checkers find both in the probes built to
     have them."""
     assert len(out["probe_dot"]["default_precision"]) == 1, out["probe_dot"]
-    if out["platform_inside"] == "tpu":
+    if out["platform"] == "tpu":
         assert out["probe_host"], out  # its move to pinned host memory
     else:  # compile-only GPU: neither a callback nor host memory can be built (a block with one would not compile)
         assert out["probe_host"] in (None, []), out
@@ -116,7 +111,7 @@ def _no_default_precision_and_no_host_traffic(out: dict):
 @pytest.mark.parametrize("topology", ["v5e:2x2", "v6e:2x2"])
 def test_train_block_density_control_and_render_compile_for_tpu(topology):
     out = _compiled(topology, "JAXGS_REQUIRE_TPU_COMPILE", "libtpu")
-    assert out["platform_inside"] == "tpu"
+    assert out["platform"] == "tpu"
     # TPU programs bin by radix sorts (array_ops.radix_sort), not XLA's sort (25-41 s each for a v6e);
     # the train block keeps one small one (the view draw's, over the views); density control none
     # (for TPU a scatter of booleans, or of 24,576 rows with repeated ids, is compiled around a sort)
@@ -136,7 +131,7 @@ def test_train_block_and_render_compile_for_h200_with_one_kernel_per_compositing
     walks are loops of kernel launches there: `benchmarks/launches.py`); the backward adds its
     sums atomically (`tests/kernel_races.py` checks the jaxpr, this the Triton module)."""
     out = _compiled("h200", "JAXGS_REQUIRE_GPU_COMPILE", "the CUDA plugin (jax[cuda13])")
-    assert out["platform_inside"] == "gpu"
+    assert out["platform"] == "gpu"
     assert out["render"]["triton"] == 1 and out["render"]["whiles"] == 0, out
     assert out["raster"]["triton"] == 2 and out["raster"]["whiles"] <= 2 and out["raster"]["data_dependent"] == 0, out
     for name in ("default", "mcmc"):  # one step's forward and backward kernels inside the block's scan

@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from jax_backend import DefaultStrategy, TrainConfig, Trainer, init_random, make_dataset
+
+from jax_backend.training import evaluation
 from jax_backend.training.bilateral import BilateralGridConfig, centre_grids, slice_grid, total_variation
 from jax_backend.training.optim import GroupConfig
 from synthetic import known_views
@@ -80,5 +82,5 @@ def test_grids_learn_each_images_exposure_and_give_better_heldout_views():
     learned = grids[:, [0, 1, 2], [0, 1, 2], :].mean(-1)  # [views, 3]: each image's mean gain per channel
     corr = np.corrcoef(np.log(learned.ravel()), np.log(gains.ravel()))[0, 1]
     assert corr > 0.9, corr
-    psnr_with, psnr_without = with_grids.heldout_psnr(*test), without.heldout_psnr(*test)
+    psnr_with, psnr_without = evaluation.heldout_psnr(with_grids, *test), evaluation.heldout_psnr(without, *test)
     assert psnr_with > psnr_without + 0.5, (psnr_with, psnr_without)

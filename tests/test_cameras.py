@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 from jax_backend import DefaultStrategy, TrainConfig, Trainer, init_from_points, make_dataset
+
+from jax_backend.training import evaluation
 from jax_backend.training.cameras import CameraOptConfig, corrected_viewmats
 from jax_backend.training.optim import GroupConfig, lr_schedule
 from scenes import cameras
@@ -97,7 +99,7 @@ def test_perturbed_poses_move_toward_the_truth():
                           strategy=DefaultStrategy(refine_start=10**6))
         tr = Trainer(cfg, data, start, scene_extent=1.5, log=lambda *_: None)
         tr.train()
-        results[mode] = (tr.heldout_psnr(imgs[test], vms[test], Ks[test]),
+        results[mode] = (evaluation.heldout_psnr(tr, imgs[test], vms[test], Ks[test]),
                          _pose_error(np.asarray(tr.training_viewmats()), vms[~test]))
     before = _pose_error(noisy, vms[~test])
     psnr_off, _ = results["off"]

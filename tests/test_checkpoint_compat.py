@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 
 from jax_backend import CheckpointError, DefaultStrategy, TrainConfig, Trainer, init_random
+
+from jax_backend.training import checkpointing
 from synthetic import known_scene
 
 DATA = Path(__file__).parent / "data"
@@ -30,7 +32,7 @@ def test_old_trainer_checkpoint_resumes(scene):
     cfg = TrainConfig(max_steps=100, steps_per_block=20, sh_degree=1,
                       strategy=DefaultStrategy(refine_start=10, refine_every=20))
     tr = Trainer(cfg, train, init_random(64, -1, 1, sh_degree=1, capacity=64), scene_extent=1.5)
-    tr.restore(DATA / "old_trainer.npz")
+    checkpointing.restore(tr, DATA / "old_trainer.npz")
     assert tr.step == _assert_gaussians(tr.state.gaussians, DATA / "old_expected.npz") == 40
     metrics, _ = tr.run_block()  # and it trains on from there
     assert tr.step == 60 and np.isfinite(metrics["loss"]).all()
@@ -40,7 +42,7 @@ def test_checkpoint_of_another_configuration_fails_naming_the_entry(scene, tmp_p
     _, train, _ = scene
     tr = Trainer(TrainConfig(sh_degree=2), train, init_random(64, -1, 1, sh_degree=2, capacity=64), scene_extent=1.5)
     with pytest.raises(CheckpointError, match=r"old_trainer.npz: entry .*shN.* has shape"):
-        tr.restore(DATA / "old_trainer.npz")
+        checkpointing.restore(tr, DATA / "old_trainer.npz")
 
 
 def test_old_plugin_state_dict_loads_for_viewing_and_for_training(scene):
@@ -48,7 +50,8 @@ def test_old_plugin_state_dict_loads_for_viewing_and_for_training(scene):
     pytest.importorskip("nerfstudio")
     from nerfstudio.data.scene_box import SceneBox
 
-    from nerfstudio_jaxgs.model import JaxGSModelConfig
+    from nerfstudio_jaxgs.model import JaxGSModelConfig, checkpoint_entries
+    from nerfstudio_jaxgs.pipeline import build_engine
 
     state = torch.load(DATA / "old_model_state.pt", weights_only=True)
     cfg = JaxGSModelConfig(num_random=64, random_scale=2.0, sh_degree=1, steps_per_block=20, warmup_length=10,
@@ -64,14 +67,14 @@ def test_old_plugin_state_dict_loads_for_viewing_and_for_training(scene):
     assert viewer.num_points == int(np.load(DATA / "old_model_expected.npz")["alive"].sum())
 
     _, train, _ = scene
-    trainer = model()  # ns-train --load-dir: the engine is attached after loading
+    trainer = model()  # ns-train --load-dir: the engine is built after loading
     trainer.load_state_dict(state)
-    trainer.attach_engine(train, 1.5, 100)
-    step = _assert_gaussians(trainer.engine.state.gaussians, DATA / "old_model_expected.npz")
-    assert trainer.engine.step == step == 20
-    # and the state it saves now loads back into the same place
+    engine = build_engine(trainer, train, 1.5, 100)
+    step = _assert_gaussians(engine.state.gaussians, DATA / "old_model_expected.npz")
+    assert engine.step == step == 20
+    # and the state a training pipeline saves now (`JaxGSPipeline.state_dict`) loads back into the same place
     again = model()
-    again.load_state_dict(trainer.state_dict())
-    again.attach_engine(train, 1.5, 100)
-    for a, b in zip(jax.tree_util.tree_leaves(again.engine.state), jax.tree_util.tree_leaves(trainer.engine.state)):
+    again.load_state_dict(checkpoint_entries("train", checkpointing.state_arrays(engine), engine.step))
+    engine_again = build_engine(again, train, 1.5, 100)
+    for a, b in zip(jax.tree_util.tree_leaves(engine_again.state), jax.tree_util.tree_leaves(engine.state)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

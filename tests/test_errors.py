@@ -220,7 +220,7 @@ def test_every_image_is_checked_cheaply_and_named(tmp_path):
 
 
 def test_load_dir_is_checked_and_a_run_folder_is_understood(tmp_path):
-    from nerfstudio_jaxgs.trainer import resolve_load_dir
+    from nerfstudio_jaxgs.resume import resolve_load_dir
 
     assert "does not exist" in _error(lambda: resolve_load_dir(tmp_path / "nope", None))
     run = tmp_path / "run"
@@ -349,7 +349,7 @@ def test_a_full_disk_is_one_line_and_keeps_the_previous_file(tmp_path, monkeypat
 
 
 def test_resume_command_repeats_the_run_from_its_checkpoints():
-    from nerfstudio_jaxgs.trainer import resume_command
+    from nerfstudio_jaxgs.resume import resume_command
 
     argv = ["/venv/bin/ns-train", "jax-gs", "--data", "my scene", "--max-num-iterations", "30000", "--load-dir=old",
             "--vis", "viewer", "colmap", "--downscale-factor", "4"]
@@ -363,7 +363,7 @@ def test_interrupts_record_the_first_signal_and_restore_the_handlers():
     import signal
     import time
 
-    from nerfstudio_jaxgs.trainer import Interrupts
+    from nerfstudio_jaxgs.resume import Interrupts
 
     before = signal.getsignal(signal.SIGTERM)
     with Interrupts() as interrupts:

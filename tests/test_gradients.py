@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import reference
-from jax_backend import RasterizerOptions, rasterization
+from jax_backend import RasterizerOptions, traced_rasterization
 from scenes import cameras
 
 W, H = 26, 19
@@ -67,7 +67,7 @@ def test_gradients_match_finite_differences(fd_case, rasterizer):
 
     def loss(q):
         probe = jnp.stack([q["probe"], jnp.zeros_like(q["probe"])])  # probe only on camera 0
-        img, alpha, meta = rasterization(q["means"], q["quats"], q["scales"], q["opacities"], q["sh"], vms, Ks, W, H,
+        img, alpha, meta = traced_rasterization(q["means"], q["quats"], q["scales"], q["opacities"], q["sh"], vms, Ks, W, H,
                                          sh_degree=2, backgrounds=jnp.stack([q["background"]] * 2), render_mode="RGB+D",
                                          rasterizer=rasterizer, means2d_probe=probe, isect_capacity=4096, options=RasterizerOptions(chunk=4),
                                          rasterize_mode=mode)
@@ -90,7 +90,7 @@ def test_absgrad_bounds_the_gradient():
     wimg = np.random.default_rng(0).normal(size=(1, H, W, 3))
 
     def loss(probe, absgrad):
-        img, _, _ = rasterization(p["means"], p["quats"], p["scales"], p["opacities"], p["sh"], vms, Ks, W, H, sh_degree=2,
+        img, _, _ = traced_rasterization(p["means"], p["quats"], p["scales"], p["opacities"], p["sh"], vms, Ks, W, H, sh_degree=2,
                                   means2d_probe=probe, absgrad=absgrad, isect_capacity=4096)
         return jnp.sum(img * wimg)
 

@@ -5,7 +5,6 @@ tests cannot see a race, the jaxpr can. Checked for every kernel `rasterization(
 rasterizer="pallas")` builds, forward and backward, in every render mode, with and without tile
 dealing; and the checker itself is checked on kernels that race and kernels that do not.
 """
-from functools import partial
 
 import jax
 import jax.numpy as jnp
@@ -15,7 +14,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 import kernel_races
-from jax_backend import rasterization
+from jax_backend import make_layout, traced_rasterization
 from jax_backend.rendering.rasterization import RENDER_MODES
 from scenes import cameras, hard_scene
 
@@ -28,8 +27,8 @@ def _traced(render_mode: str, tile_devices: int = 1):
     sh = render_mode != "D" and render_mode != "ED"
 
     def loss(m, q, s, o, c):
-        img, alpha, _ = rasterization(m, q, s, o, c, vms, Ks, W, H, sh_degree=3 if sh else None, render_mode=render_mode,
-                                      rasterizer="pallas", tile_devices=tile_devices, isect_capacity=1 << 12)
+        img, alpha, _ = traced_rasterization(m, q, s, o, c, vms, Ks, W, H, sh_degree=3 if sh else None, render_mode=render_mode,
+                                      rasterizer="pallas", layout=make_layout(tile_devices=tile_devices), isect_capacity=1 << 12)
         return jnp.sum(img) + jnp.sum(alpha)
 
     colors = scene["sh"] if sh else scene["colors"]

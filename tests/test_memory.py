@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import pytest
 
 from scenes import cameras, hard_scene
-from jax_backend import RasterizerOptions, rasterization
+from jax_backend import RasterizerOptions, traced_rasterization
 
 W, H = 160, 120
 
@@ -16,7 +16,7 @@ def _temp_bytes(rasterizer, chunk, capacity, n=2000):
     args = [jnp.asarray(s[k], jnp.float32) for k in ("means", "quats", "scales", "opacities", "colors")]
 
     def loss(*a):
-        img, alpha, _ = rasterization(*a, vms, Ks, W, H, rasterizer=rasterizer, isect_capacity=capacity,
+        img, alpha, _ = traced_rasterization(*a, vms, Ks, W, H, rasterizer=rasterizer, isect_capacity=capacity,
                                       options=RasterizerOptions(chunk=chunk))
         return jnp.sum(img) + jnp.sum(alpha)
 

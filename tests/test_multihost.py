@@ -44,7 +44,7 @@ def test_two_processes_end_identical_and_match_two_devices(tmp_path):
     sys.path.insert(0, str(HERE))
     from multihost_worker import train_local
 
-    one = train_local(num_devices=2)
+    one = train_local(replicas=2)
     np.testing.assert_array_equal(one["views"][:, 0], a["global_views"][:, 0])
     np.testing.assert_array_equal(one["views"][:, 1], b["global_views"][:, 0])
     np.testing.assert_array_equal(one["alive"], a["alive"])

@@ -1,12 +1,11 @@
 """Data parallel training: pmap over (forced) CPU devices equals one device with a batch of the
 same views; replicas stay bit-identical through densification and opacity reset."""
-import dataclasses
 
 import jax
 import numpy as np
 import pytest
 
-from jax_backend import DefaultStrategy, MCMCStrategy, OptimConfig, TrainConfig, Trainer, ViewPlan, init_random
+from jax_backend import DefaultStrategy, MCMCStrategy, OptimConfig, TrainConfig, Trainer, ViewPlan, init_random, make_layout
 from synthetic import known_scene
 
 pytestmark = pytest.mark.skipif(len(jax.local_devices()) < 4, reason="needs 4 devices (conftest forces 4 CPU ones)")
@@ -25,10 +24,11 @@ def _pair(train, strategy, steps=30):
     cfg = TrainConfig(max_steps=200, steps_per_block=10, sh_degree=1, sh_degree_interval=10, strategy=strategy,
                       optim=OptimConfig().with_eps(1e-6))
     g = init_random(256, -1, 1, sh_degree=1, capacity=1024)
-    par = Trainer(cfg, train, g, scene_extent=1.5, num_devices=4, views_per_device=1, log=lambda m: None)
+    par = Trainer(cfg, train, g, scene_extent=1.5, layout=make_layout(replicas=4), views_per_device=1,
+                  log=lambda m: None)
     # one device walking its tiles in row-major order, as each replica does (dealing the tiles over
     # devices sums the gradients in another order: test_tile_parallel)
-    one = Trainer(dataclasses.replace(cfg, tile_devices=1), train, g, scene_extent=1.5, num_devices=1,
+    one = Trainer(cfg, train, g, scene_extent=1.5, layout=make_layout(replicas=1, tile_devices=1),
                   views_per_device=4, log=lambda m: None)
     mp, mo, ip, io = [], [], [], []
     for _ in range(steps // 10):
@@ -40,7 +40,7 @@ def _pair(train, strategy, steps=30):
 
 
 def _replicas_identical(trainer):
-    for leaf in jax.tree_util.tree_leaves(trainer._state):
+    for leaf in jax.tree_util.tree_leaves(trainer.device_state):
         a = np.asarray(leaf)
         for r in range(1, a.shape[0]):
             np.testing.assert_array_equal(a[r], a[0])

@@ -310,11 +310,10 @@ def test_viewer_is_not_locked_out_while_a_block_runs():
         m = {"loss": np.ones(n), "psnr": np.ones(n), "num_alive": 5, "num_intersections": np.ones(n)}
         return m, RefineInfo(*[0] * len(RefineInfo._fields))
 
-    def sync():
+    def publish():
         seen["during_sync"] = free()
 
-    fake = SimpleNamespace(ensure_engine=lambda m: SimpleNamespace(run_block=run_block),
-                           model=SimpleNamespace(_sync_from_engine=sync))
+    fake = SimpleNamespace(ensure_engine=lambda m: SimpleNamespace(run_block=run_block), _publish=publish)
     out = JaxGSPipeline.train_block(fake, 10, 100, publish_lock=lock)
     assert seen == {"during_block": True, "during_sync": False} and out["gaussian_count"] == 5
 
@@ -428,8 +427,7 @@ def test_exported_ply_renders_what_the_model_renders(tmp_path, monkeypatch, sh_d
     params = dict(g.params, shN=jnp.asarray(rng.normal(size=g.params["shN"].shape) * 0.4, jnp.float32),
                   sh0=jnp.asarray(rng.normal(size=g.params["sh0"].shape) * 0.8, jnp.float32),
                   scales=g.params["scales"] + 1.5, opacities=g.params["opacities"] + 2.0)
-    model.gaussians = g._replace(params=params)
-    model._view_cache, model._trained_steps = None, 10**6  # the full SH degree renders
+    model.publish(g._replace(params=params), 10**6)  # the full SH degree renders
     pipeline = type("P", (), {"model": model})()
     monkeypatch.setattr(exporter, "eval_setup", lambda *a, **kw: (None, pipeline, None, None))
     exporter.ExportGaussianSplat(load_config=tmp_path / "unused.yml", output_dir=tmp_path,

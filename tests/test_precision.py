@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 
 from benchmarks import hlo_checks
+from jax_backend import local_layout
+from jax_backend.training import aot
 from benchmarks.accelerator_compile import small_render_programs, small_trainer
 
 
@@ -43,14 +45,14 @@ def trainers():
 
 def test_train_blocks_and_renders_state_every_contraction_precision(trainers):
     for name, tr in trainers.items():
-        found = hlo_checks.default_precision_contractions(tr.lower_block(5).as_text())
+        found = hlo_checks.default_precision_contractions(aot.lower_block(tr, 5).as_text())
         assert found == [], (name, found)
-    for name, (fn, args) in small_render_programs().items():
-        found = hlo_checks.default_precision_contractions(jax.jit(fn).lower(*args).as_text())
+    for name, (fn_for, args) in small_render_programs().items():
+        found = hlo_checks.default_precision_contractions(jax.jit(fn_for(local_layout())).lower(*args).as_text())
         assert found == [], (name, found)
 
 
 def test_train_block_never_looks_back_at_the_host(trainers):
-    text = trainers["default with corrections"].lower_block(5).compile().as_text()
+    text = aot.lower_block(trainers["default with corrections"], 5).compile().as_text()
     assert " while(" in text  # the block's steps are one loop in one program
     assert hlo_checks.host_traffic(text) == []

@@ -1,10 +1,12 @@
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import reference
-from jax_backend import RasterizerOptions as Options, count_intersections, rasterization
+from jax_backend import RasterizerOptions as Options, count_intersections, rasterization, traced_rasterization
 from jax_backend.rendering.rasterize_flat import MAX_GROUPS, auto_groups
 from scenes import cameras, hard_scene, off_centre_intrinsics, wide_scene
 
@@ -157,7 +159,8 @@ def test_rasterizers_agree_and_tiling_changes_nothing():
     args = (scene["means"], scene["quats"], scene["scales"], scene["opacities"], scene["sh"], vms, Ks, w, h)
     base = rasterization(*args, sh_degree=3, rasterizer="flat")[0]
     # the automatic group count (on a CPU) walks 15 tiles in one loop, the 54 tiles of 8 pixels in three
-    assert (auto_groups(15), auto_groups(54), auto_groups(10**5)) == (1, 3, MAX_GROUPS)
+    assert (auto_groups(15, "cpu"), auto_groups(54, "cpu"), auto_groups(10**5, "cpu")) == (1, 3, MAX_GROUPS)
+    assert auto_groups(10**5, "gpu") == auto_groups(10**5, "tpu") == 1
     for kw in (dict(rasterizer="standard"), dict(rasterizer="flat", tile_size=8, options=Options(chunk=5)),
                dict(rasterizer="standard", tile_size=32, options=Options(tile_batch=3)),
                dict(rasterizer="flat", options=Options(chunk=1)), dict(rasterizer="flat", options=Options(groups=1)),
@@ -179,7 +182,7 @@ def test_padded_tile_groups_give_the_same_gradients():
 
     def grads(groups):
         def loss(p):
-            img = rasterization(*[p[k] for k in names], vms, Ks, w, h, sh_degree=3, rasterizer="flat",
+            img = traced_rasterization(*[p[k] for k in names], vms, Ks, w, h, sh_degree=3, rasterizer="flat",
                                 options=Options(chunk=3, groups=groups), isect_capacity=1 << 12)[0]
             return jnp.sum((img - target) ** 2)
 
@@ -199,7 +202,7 @@ def test_overflow_flag_under_jit_and_growth_when_eager():
 
     @jax.jit
     def small(*a):
-        return rasterization(*a, w, h, isect_capacity=64)
+        return traced_rasterization(*a, w, h, isect_capacity=64)
 
     _, _, meta = small(*args)
     assert bool(meta["overflow"][0]) and int(meta["num_intersections"][0]) > 64
@@ -295,15 +298,16 @@ def test_binning_on_the_smallest_buffer_tier_gives_every_tiles_list(sort_policy)
     from jax_backend.rendering.tiles import TileGrid
 
     capacity = 1 << 17
+    tiers = partial(buffer_tiers, platform=sort_policy)
     if sort_policy == "tpu":  # one tier: each compiles its own sort
-        assert buffer_tiers(capacity) == [capacity]
+        assert tiers(capacity) == [capacity]
     else:
-        assert buffer_tiers(capacity) == [1 << 14, 1 << 15, 1 << 16, capacity]
-        assert buffer_tiers(1 << 12) == [1 << 12] and buffer_tiers(3 * (1 << 14)) == [3 << 13, 3 << 14]
+        assert tiers(capacity) == [1 << 14, 1 << 15, 1 << 16, capacity]
+        assert tiers(1 << 12) == [1 << 12] and tiers(3 * (1 << 14)) == [3 << 13, 3 << 14]
     w, h = 160, 128
     grid = TileGrid(w, h, 16)
     vms, Ks = cameras(w, h, n=1)
-    binned = jax.jit(lambda p: bin_gaussians(p, grid, capacity))
+    binned = jax.jit(lambda p: bin_gaussians(p, grid, capacity, sort_policy))
     seen = set()
     for n, size in [(300, 0.05), (3000, 0.15), (3000, 0.2), (3000, 0.3), (6000, 0.4)]:
         rng = np.random.default_rng(n)
@@ -318,7 +322,7 @@ def test_binning_on_the_smallest_buffer_tier_gives_every_tiles_list(sort_policy)
                                                 jnp.float32))
         bins = binned(proj)
         total = int(bins.num_intersections)
-        seen.add(next((s for s in buffer_tiers(capacity) if s >= total), "overflow"))
+        seen.add(next((s for s in tiers(capacity) if s >= total), "overflow"))
         assert bool(bins.overflow) == (total > capacity)
         if total > capacity:
             continue
@@ -331,24 +335,45 @@ def test_binning_on_the_smallest_buffer_tier_gives_every_tiles_list(sort_policy)
             hit = np.flatnonzero((lo[:, 0] <= tx) & (tx < lo[:, 0] + nxy[:, 0]) & (lo[:, 1] <= ty) & (ty < lo[:, 1] + nxy[:, 1]))
             expected = hit[np.lexsort((hit, depth[hit]))]
             np.testing.assert_array_equal(ids[start[t]:end[t]], expected, err_msg=f"tile {t}, {total} intersections")
-    assert len(seen) == len(buffer_tiers(capacity)) + 1, seen  # every tier and an overflow were exercised
+    assert len(seen) == len(tiers(capacity)) + 1, seen  # every tier and an overflow were exercised
 
 
-def test_auto_rasterizer_follows_the_target_platform(monkeypatch):
+class _Device:
+    """A stand-in device of a platform (what a layout reads of its devices before anything runs)."""
+
+    def __init__(self, platform):
+        self.platform = platform
+
+
+def test_auto_rasterizer_follows_the_layouts_platform():
     """"auto" (the default) is the Pallas kernels where programs are built for a GPU and the flat
     rasterizer elsewhere; Pallas for a TPU is refused with one line naming the alternative."""
-    from jax_backend import devices
+    from jax_backend import Layout
     from jax_backend.rendering.composite import resolve_rasterizer
+    from jax_backend.rendering.rasterization import render_config
 
-    assert resolve_rasterizer("auto") == "flat" and resolve_rasterizer("standard") == "standard"
+    assert resolve_rasterizer("standard", "gpu") == "standard"
     for platform, expected in (("gpu", "pallas"), ("tpu", "flat"), ("cpu", "flat")):
-        monkeypatch.setattr(devices, "platform", lambda: platform)
-        assert resolve_rasterizer("auto") == expected
+        assert resolve_rasterizer("auto", platform) == expected
+        assert render_config(32, 32, layout=Layout((_Device(platform),))).composite.rasterizer == expected
+    assert render_config(32, 32).composite.rasterizer == "flat"  # this process's CPU
     with pytest.raises(ValueError, match="rasterizer must be one of"):
-        resolve_rasterizer("cuda")
-    monkeypatch.setattr(devices, "platform", lambda: "tpu")
+        resolve_rasterizer("cuda", "cpu")
     scene = hard_scene(n=20)
     vms, Ks = cameras(32, 32, n=1)
     with pytest.raises(ValueError, match="on a TPU use rasterizer='flat'"):
         rasterization(scene["means"], scene["quats"], scene["scales"], scene["opacities"], scene["colors"], vms, Ks,
-                      32, 32, rasterizer="pallas")
+                      32, 32, rasterizer="pallas", layout=Layout((_Device("tpu"),)))
+
+
+def test_sorts_are_chosen_when_lowering_for_a_platform():
+    """The sorts' computation is picked by the platform a program is lowered for (no module state):
+    the StableHLO for a TPU has the radix sort's loop and no sort, for a CPU or GPU one sort."""
+    from jax_backend import array_ops
+
+    x = jax.ShapeDtypeStruct((1000,), jnp.float32)
+    for platform in ("tpu", "cpu", "cuda"):
+        text = jax.jit(array_ops.argsort).trace(x).lower(lowering_platforms=(platform,)).as_text()
+        assert ("stablehlo.sort" in text) == (platform != "tpu"), platform
+        assert ("stablehlo.while" in text) == (platform == "tpu"), platform
+

@@ -15,7 +15,8 @@ from nerfstudio.models.splatfacto import SplatfactoModelConfig  # noqa: E402
 from nerfstudio_jaxgs.config import OPTIMIZERS, jax_gs_big_method, jax_gs_mcmc_method, jax_gs_method  # noqa: E402
 from nerfstudio_jaxgs.errors import InputError  # noqa: E402
 from nerfstudio_jaxgs.model import JaxGSModelConfig  # noqa: E402
-from nerfstudio_jaxgs.settings import init_settings, optim_config, train_config, training_background  # noqa: E402
+from nerfstudio_jaxgs.initial import init_settings  # noqa: E402
+from nerfstudio_jaxgs.settings import optim_config, train_config, training_background  # noqa: E402
 
 NUM_TRAIN = 10
 
@@ -160,7 +161,7 @@ def test_random_start_fills_the_scene_box_or_splatfacto_s_cube():
     import numpy as np
 
     from jax_backend import random_init_box
-    from nerfstudio_jaxgs.settings import initial_gaussians
+    from nerfstudio_jaxgs.initial import initial_gaussians
 
     box = np.array([[-1.5, -1.0, -0.5], [1.5, 1.0, 0.5]])
     g = initial_gaussians(JaxGSModelConfig(num_random=3000), None, box)  # default: the scene's box

@@ -6,6 +6,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jax_backend import DefaultStrategy, Gaussians, MCMCStrategy, OptimConfig, TrainState, init_from_points, make_strategy
 from jax_backend.training.optim import make_optimizer
@@ -105,6 +106,20 @@ def test_refine_schedule_at_block_boundaries():
     assert bool(_refine(s, _hand_made(step=650), 550)[1].refined)  # 600 inside the block
     assert not bool(_refine(s, _hand_made(step=690), 610)[1].refined)
     assert bool(_refine(s, _hand_made(step=3050), 2950)[1].opacity_reset)
+
+
+@pytest.mark.parametrize("strategy", [DefaultStrategy(refine_start=100, refine_every=100, refine_stop=600,
+                                                      reset_every=300, pause_after_reset=0),
+                                      MCMCStrategy(refine_start=100, refine_every=100, refine_stop=600)])
+def test_the_refine_window_ends_before_refine_stop(strategy):
+    """As gsplat's strategies (`step < refine_stop`; splatfacto's stop-split-at is it): the last
+    refinement falls before refine_stop, none at it; nor the default strategy's opacity reset."""
+    default = isinstance(strategy, DefaultStrategy)
+    state = _hand_made(step=600) if default else _mcmc_state(40, 64, dead=3)
+    at = lambda step: _refine(strategy, state._replace(step=jnp.int32(step)), step - 100)[1]  # noqa: E731
+    assert bool(at(500).refined) and not bool(at(600).refined)
+    if default:
+        assert bool(at(300).opacity_reset) and not bool(at(600).opacity_reset)
 
 
 def test_make_strategy_is_the_one_way_to_build_them():

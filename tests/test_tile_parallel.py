@@ -12,8 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jax_backend import OptimConfig, TrainConfig, Trainer, init_random, rasterization
-from jax_backend.devices import auto_tile_devices, cpu_cores
+from jax_backend import OptimConfig, TrainConfig, Trainer, init_random, traced_rasterization
+
+from jax_backend.training import checkpointing
+from jax_backend.layout import cpu_cores, make_layout
 from jax_backend.rendering.tile_parallel import deal
 from scenes import cameras, hard_scene
 from synthetic import known_scene
@@ -41,8 +43,8 @@ def test_dealt_tiles_render_and_differentiate_as_one_device(rasterizer):
 
     def run(devices):
         def loss(*a):
-            img, alpha, meta = rasterization(*a, vms, Ks, w, h, rasterizer=rasterizer, isect_capacity=1 << 12,
-                                             render_mode="RGB+ED", tile_devices=devices)
+            img, alpha, meta = traced_rasterization(*a, vms, Ks, w, h, rasterizer=rasterizer, isect_capacity=1 << 12,
+                                             render_mode="RGB+ED", layout=make_layout(tile_devices=devices))
             return jnp.mean((img[..., :3] - target) ** 2) + jnp.mean(alpha * img[..., 3:]), (img, alpha, meta)
 
         (_, (img, alpha, meta)), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4), has_aux=True))(*args)
@@ -50,8 +52,8 @@ def test_dealt_tiles_render_and_differentiate_as_one_device(rasterizer):
         return np.asarray(img), np.asarray(alpha), [np.asarray(g) for g in grads]
 
     def render(devices):
-        img, alpha, _ = jax.jit(lambda *a: rasterization(*a, vms, Ks, w, h, rasterizer=rasterizer, isect_capacity=1 << 12,
-                                                         render_mode="RGB+ED", tile_devices=devices))(*args)
+        img, alpha, _ = jax.jit(lambda *a: traced_rasterization(*a, vms, Ks, w, h, rasterizer=rasterizer, isect_capacity=1 << 12,
+                                                         render_mode="RGB+ED", layout=make_layout(tile_devices=devices)))(*args)
         return np.asarray(img), np.asarray(alpha)
 
     img1, alpha1, grads1 = run(1)
@@ -82,8 +84,8 @@ def test_training_deals_tiles_on_a_cpu_and_keeps_one_devices_state(tmp_path, mon
                       optim=OptimConfig().with_eps(1e-6))  # see test_parallel: rounding noise stays put
     g = init_random(256, -1, 1, sh_degree=1, capacity=512)
     auto = Trainer(cfg, train, g, scene_extent=1.5, log=lambda m: None)
-    assert auto.cfg.tile_devices == auto_tile_devices() == min(len(jax.local_devices()), cpu_cores()) > 1
-    one = Trainer(TrainConfig(**{**cfg.__dict__, "tile_devices": 1}), train, g, scene_extent=1.5, log=lambda m: None)
+    assert auto.layout.tile_devices == make_layout().tile_devices == min(len(jax.local_devices()), cpu_cores()) > 1
+    one = Trainer(cfg, train, g, scene_extent=1.5, log=lambda m: None, layout=make_layout(tile_devices=1))
     for _ in range(3):
         ma, _ = auto.run_block()
         mo, _ = one.run_block()
@@ -91,9 +93,9 @@ def test_training_deals_tiles_on_a_cpu_and_keeps_one_devices_state(tmp_path, mon
     leaf = auto.state.gaussians.params["means"]
     assert len(leaf.devices()) == 1  # what the plugin and checkpoints read: one device's copy
     np.testing.assert_allclose(np.asarray(leaf), np.asarray(one.state.gaussians.params["means"]), atol=1e-4)
-    path = auto.save(tmp_path / "ckpt.npz")
+    path = checkpointing.save(auto, tmp_path / "ckpt.npz")
     again = Trainer(cfg, train, g, scene_extent=1.5, log=lambda m: None)
-    again.restore(path)
+    checkpointing.restore(again, path)
     assert again.step == auto.step
     m1, _ = auto.run_block()
     m2, _ = again.run_block()
@@ -105,23 +107,23 @@ def test_training_splits_the_gaussians_rows_over_the_tile_devices():
     moments, statistics); an odd capacity is padded with dead slots so the rows split evenly, and
     the run trains as on one device."""
     _, train, _ = known_scene(views=8)
-    cfg = TrainConfig(max_steps=30, steps_per_block=10, sh_degree=1, sh_degree_interval=10, tile_devices=2,
+    cfg = TrainConfig(max_steps=30, steps_per_block=10, sh_degree=1, sh_degree_interval=10,
                       optim=OptimConfig().with_eps(1e-6))
     g = init_random(255, -1, 1, sh_degree=1, capacity=511)
-    two = Trainer(cfg, train, g, scene_extent=1.5, log=lambda m: None)
-    one = Trainer(TrainConfig(**{**cfg.__dict__, "tile_devices": 1}), train, g, scene_extent=1.5, log=lambda m: None)
+    two = Trainer(cfg, train, g, scene_extent=1.5, log=lambda m: None, layout=make_layout(tile_devices=2))
+    one = Trainer(cfg, train, g, scene_extent=1.5, log=lambda m: None, layout=make_layout(tile_devices=1))
     assert two.state.gaussians.capacity == 512 and one.state.gaussians.capacity == 511
     for _ in range(2):
         m2, _ = two.run_block()
         m1, _ = one.run_block()
         np.testing.assert_allclose(m2["loss"], m1["loss"], rtol=1e-4)
         assert m2["num_alive"] == m1["num_alive"] == 255
-    leaves = jax.tree_util.tree_leaves(two._state)
+    leaves = jax.tree_util.tree_leaves(two.device_state)
     split = [x for x in leaves if x.ndim and x.shape[0] == 512]
     assert len(split) >= 10  # parameters, alive, Adam's two moments of each parameter, statistics
     for x in split:
         assert [s.data.shape[0] for s in x.addressable_shards] == [256, 256]
-    assert two._state.step.sharding.is_fully_replicated
+    assert two.device_state.step.sharding.is_fully_replicated
     np.testing.assert_allclose(np.asarray(two.state.gaussians.params["means"])[:511],
                                np.asarray(one.state.gaussians.params["means"]), atol=1e-4)
 
@@ -130,23 +132,35 @@ def test_the_environment_sets_the_automatic_tile_devices(monkeypatch):
     """$JAXGS_TILE_DEVICES bounds the automatic count (several jobs sharing the cores set 1); a
     value that is not a positive whole number stops with one line naming the variable."""
     monkeypatch.setenv("JAXGS_TILE_DEVICES", "1")
-    assert auto_tile_devices() == 1
+    assert make_layout().tile_devices == 1
     monkeypatch.setenv("JAXGS_TILE_DEVICES", "64")  # more than the host's devices: all of them
-    assert auto_tile_devices() == len(jax.local_devices())
+    assert make_layout().tile_devices == len(jax.local_devices())
     monkeypatch.setenv("JAXGS_TILE_DEVICES", "2")
-    assert auto_tile_devices(num_devices=2) == 1  # data parallelism keeps one tile device
+    assert make_layout(replicas=2).tile_devices == 1  # data parallelism keeps one tile device
     for bad in ("0", "two", "-1", "1.5"):
         monkeypatch.setenv("JAXGS_TILE_DEVICES", bad)
         with pytest.raises(ValueError, match=f"JAXGS_TILE_DEVICES='{bad}'"):
-            auto_tile_devices()
+            make_layout()
 
 
-def test_tile_devices_with_data_parallelism_stops_with_one_line():
-    _, train, _ = known_scene(views=8)
-    g = init_random(64, -1, 1, sh_degree=1, capacity=128)
-    with pytest.raises(ValueError, match="tile_devices 2 .* num_devices 1"):
-        Trainer(TrainConfig(tile_devices=2), train, g, scene_extent=1.5, num_devices=2)
-    Trainer(TrainConfig(), train, g, scene_extent=1.5, num_devices=2, log=lambda m: None)  # automatic: 1
+def test_a_layout_is_one_value_checked_once():
+    """The counts: tile dealing with data parallelism stops with one line naming both; a count past
+    the host's devices names the setting; automatic counts follow the platform; the layout is
+    hashable (part of every program's cache key) and moves to other devices whole."""
+    with pytest.raises(ValueError, match="tile_devices 2 .* 1 replica"):
+        make_layout(replicas=2, tile_devices=2)
+    assert make_layout(replicas=2).tile_devices == 1  # automatic: 1
+    with pytest.raises(ValueError, match="replicas must be between 0 .automatic. and 4"):
+        make_layout(replicas=5)
+    with pytest.raises(ValueError, match="tile_devices must be between 0 .automatic. and 4"):
+        make_layout(tile_devices=9)
+    assert make_layout(tile_devices=9, clamp_tile_devices=True).tile_devices == 4
+    layout = make_layout(replicas=2)
+    assert hash(layout) == hash(make_layout(replicas=2)) and layout.data_parallel and layout.platform == "cpu"
+    moved = layout.on(jax.local_devices()[2:])
+    assert moved.devices == tuple(jax.local_devices()[2:4]) and moved.replicas == 2
+    with pytest.raises(ValueError, match="uses 2 devices; the target has 1"):
+        layout.on(jax.local_devices()[:1])
 
 
 def test_use_cpu_cores_gives_one_cpu_device_per_core():
@@ -170,6 +184,8 @@ def test_eager_dealt_render_takes_arrays_committed_to_one_device():
     _, train, _ = known_scene(views=2)
     g = jax.device_put(init_random(256, -1, 1, sh_degree=1, capacity=512), jax.local_devices()[0])
     kw = dict(sh_degree=1, render_mode="RGB")
-    one = render_gaussians(g, train.viewmats[0], train.Ks[0], train.width, train.height, tile_devices=1, **kw)
-    two = render_gaussians(g, train.viewmats[0], train.Ks[0], train.width, train.height, tile_devices=2, **kw)
+    one = render_gaussians(g, train.viewmats[0], train.Ks[0], train.width, train.height,
+                           layout=make_layout(tile_devices=1), **kw)
+    two = render_gaussians(g, train.viewmats[0], train.Ks[0], train.width, train.height,
+                           layout=make_layout(tile_devices=2), **kw)
     np.testing.assert_array_equal(np.asarray(two[0]), np.asarray(one[0]))

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from jax_backend import CheckpointError, DefaultStrategy, MCMCStrategy, Snapshots, TrainConfig, Trainer, init_random, read_ply
+
+from jax_backend.training import checkpointing
 from synthetic import heldout_psnr, known_scene
 
 
@@ -51,9 +53,9 @@ def test_capacity_grows_and_keeps_state(scene):
     tr.run_block()  # every Gaussian is a candidate: needs 256 slots
     assert tr.state.gaussians.capacity == 256 and any("capacity grown 128 -> 256" in m for m in msgs)
     assert int(jnp.sum(tr.state.gaussians.alive)) > 128
-    before = tr.state_arrays()
+    before = checkpointing.state_arrays(tr)
     tr.grow_capacity(512)
-    after = tr.state_arrays()
+    after = checkpointing.state_arrays(tr)
     assert sorted(before) == sorted(after)
     grown = [k for k in before if before[k].shape != after[k].shape]
     # every parameter, the alive mask, both statistics and both Adam moments of every group
@@ -115,10 +117,10 @@ def test_resume_gives_the_same_next_block(scene, tmp_path):
     strategy = DefaultStrategy(refine_start=40, refine_every=50)
     a = _trainer(train, strategy, 256, 300)
     a.run_block()
-    a.save(tmp_path / "ckpt.npz")
+    checkpointing.save(a, tmp_path / "ckpt.npz")
     a.run_block()
     b = _trainer(train, strategy, 256, 300)
-    b.restore(tmp_path / "ckpt.npz")
+    checkpointing.restore(b, tmp_path / "ckpt.npz")
     assert b.step == 50
     b.run_block()
     for x, y in zip(jax.tree_util.tree_leaves(a.state), jax.tree_util.tree_leaves(b.state)):
@@ -128,12 +130,12 @@ def test_resume_gives_the_same_next_block(scene, tmp_path):
 def test_corrupt_checkpoint_gives_a_clear_error(scene, tmp_path):
     _, train, _ = scene
     tr = _trainer(train, DefaultStrategy(), 256, 100)
-    path = tr.save(tmp_path / "ckpt.npz")
+    path = checkpointing.save(tr, tmp_path / "ckpt.npz")
     path.write_bytes(path.read_bytes()[:1000])
     with pytest.raises(CheckpointError, match="ckpt.npz"):
-        tr.restore(path)
+        checkpointing.restore(tr, path)
     with pytest.raises(CheckpointError, match="not found"):
-        tr.restore(tmp_path / "missing.npz")
+        checkpointing.restore(tr, tmp_path / "missing.npz")
 
 
 def test_snapshots_are_written_in_the_background(scene, tmp_path, monkeypatch):

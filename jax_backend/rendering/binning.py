@@ -3,7 +3,7 @@
 depth order -> counts per Gaussian, front to back -> cumsum -> owner of each buffer slot -> sort
 by tile, the depth order kept -> per-tile ranges by searchsorted, on the smallest of a few buffer
 sizes that holds the view's intersections. Nothing is capped per tile or per Gaussian; when the buffer is too small
-`overflow` says so (the eager entry point then grows it and renders again).
+`overflow` says so (the caller then grows it and renders again: `isect_buffer`).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from .. import array_ops, devices
+from .. import array_ops
 from .projection import Projected
 from .tiles import TileGrid, TileLists
 
@@ -23,11 +23,6 @@ MIN_ISECT_CAPACITY = 1 << 14  # smallest intersection buffer
 def next_pow2(n: int) -> int:
     """Smallest power of two >= n (1 for n <= 1)."""
     return 1 << max(int(n) - 1, 0).bit_length()
-
-
-def next_isect_capacity(needed: int) -> int:
-    """Power-of-two intersection buffer holding `needed` (few distinct shapes, rare recompiles)."""
-    return max(MIN_ISECT_CAPACITY, next_pow2(needed))
 
 
 class Bins(NamedTuple):
@@ -89,11 +84,21 @@ def sort_by_tile(tile, rank, num_tiles: int, n: int):
     On TPU a stable radix sort of the tiles alone (the slots are already in depth order). Else
     the keys alone are sorted: one u32 key, tile x n + rank, when (num_tiles + 1) x n fits in 32
     bits (5-8x faster on a CPU than a two-key sort with its payload, measured), else the
-    (tile, rank) pairs (`sort_pairs`).
+    (tile, rank) pairs (`sort_pairs`). (`array_ops.per_platform`)
     """
-    if array_ops.use_radix_sort():
-        tile_sorted, rank_sorted = array_ops.radix_sort(tile, int(num_tiles).bit_length(), values=rank)
-    elif (num_tiles + 1) * n < 2**32:
+    return array_ops.per_platform(tile, rank, tpu=partial(sort_by_tile_radix, num_tiles=num_tiles),
+                                  default=partial(sort_by_tile_keys, num_tiles=num_tiles, n=n))
+
+
+def sort_by_tile_radix(tile, rank, num_tiles: int):
+    """`sort_by_tile` as a TPU program computes it."""
+    tile_sorted, rank_sorted = array_ops.radix_sort(tile, int(num_tiles).bit_length(), values=rank)
+    return tile_sorted.astype(jnp.int32), rank_sorted.astype(jnp.int32)
+
+
+def sort_by_tile_keys(tile, rank, num_tiles: int, n: int):
+    """`sort_by_tile` as every other program computes it."""
+    if (num_tiles + 1) * n < 2**32:
         key = jax.lax.sort(tile.astype(jnp.uint32) * jnp.uint32(n) + rank.astype(jnp.uint32))
         tile_sorted, rank_sorted = key // jnp.uint32(n), key % jnp.uint32(n)
     else:
@@ -101,13 +106,13 @@ def sort_by_tile(tile, rank, num_tiles: int, n: int):
     return tile_sorted.astype(jnp.int32), rank_sorted.astype(jnp.int32)
 
 
-def buffer_tiers(isect_capacity: int) -> list:
+def buffer_tiers(isect_capacity: int, platform: str) -> list:
     """The buffer sizes a binning picks from at run time: `isect_capacity` and its halves down to
     MIN_ISECT_CAPACITY (at most five). On a TPU `isect_capacity` alone: each tier compiles its own sort, and a
     sort of 2^16-2^20 keys takes 6-12 s of a TPU compile (measured for v5e: the binning at 2^20
     compiled in 141 s with five tiers)."""
     sizes = [isect_capacity]
-    if devices.platform() == "tpu":
+    if platform == "tpu":
         return sizes
     while len(sizes) < 5 and sizes[-1] // 2 >= MIN_ISECT_CAPACITY and sizes[-1] % 2 == 0:
         sizes.append(sizes[-1] // 2)
@@ -141,13 +146,14 @@ def _sorted_lists(size: int, lo_t, n_xy, by_depth, counts, starts, total, grid: 
     return by_depth[rank_sorted], array_ops.run_starts(tile_sorted, grid.num_tiles)
 
 
-def bin_gaussians(proj: Projected, grid: TileGrid, isect_capacity: int) -> Bins:
+def bin_gaussians(proj: Projected, grid: TileGrid, isect_capacity: int, platform: str) -> Bins:
     """Every (Gaussian, tile) intersection, sorted by tile then depth.
 
     Args:
       proj: the camera's projected Gaussians (N of them).
       grid: the image's tiles.
       isect_capacity: static size of the intersection buffer.
+      platform: the platform the program is built for (its buffer tiers).
 
     Returns:
       `Bins`: sorted Gaussian ids [isect_capacity], each tile's [start, end) range [T], tiles per
@@ -155,7 +161,7 @@ def bin_gaussians(proj: Projected, grid: TileGrid, isect_capacity: int) -> Bins:
 
     The buffer is sized for the most demanding view with room to grow, and a view often needs a
     fraction of it: the owner search and the sort (the binning's cost) run on the smallest of
-    `buffer_tiers(isect_capacity)` that holds this view's intersections (`lax.switch`), and the slots
+    `buffer_tiers(isect_capacity, platform)` that holds this view's intersections (`lax.switch`), and the slots
     past it are left empty (id 0, in no tile's range). The lists are those of the full buffer.
     The slots are laid out front to back: a buffer too small keeps the nearest Gaussians'.
     """
@@ -171,7 +177,7 @@ def bin_gaussians(proj: Projected, grid: TileGrid, isect_capacity: int) -> Bins:
         ids, bounds = _sorted_lists(size, lo_t, n_xy, by_depth, counts_by_depth, starts, total, grid)
         return jnp.pad(ids, (0, isect_capacity - size)), bounds
 
-    sizes = buffer_tiers(isect_capacity)
+    sizes = buffer_tiers(isect_capacity, platform)
     tier = jnp.sum(jnp.array(sizes, jnp.int32) < total)  # the first that holds it (switch clamps: overflow -> all)
     ids_sorted, bounds = jax.lax.switch(tier, [partial(at, size) for size in sizes])
     return Bins(

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import devices
+from ..layout import Layout
 from .blend import PixelCotangents
 from .rasterize_flat import flat_backward, flat_forward
 from .rasterize_pallas import pallas_backward, pallas_forward
@@ -35,12 +35,12 @@ RASTERIZERS = {
 AUTO = "auto"  # the rasterizer for the platform programs are built for (`resolve_rasterizer`)
 
 
-def resolve_rasterizer(name: str) -> str:
-    """`name`, or for "auto" the rasterizer for the target platform (`devices.platform`): "pallas"
+def resolve_rasterizer(name: str, platform: str) -> str:
+    """`name`, or for "auto" the rasterizer for `platform` (the layout's): "pallas"
     on a GPU (one kernel per pass), "flat" elsewhere (CPU and TPU). ValueError naming the choices
     for an unknown name."""
     if name == AUTO:
-        return "pallas" if devices.platform() == "gpu" else "flat"
+        return "pallas" if platform == "gpu" else "flat"
     get_rasterizer(name)
     return name
 
@@ -70,7 +70,7 @@ class CompositeConfig(NamedTuple):
     rasterizer: str  # a key of RASTERIZERS
     options: RasterizerOptions
     absgrad: bool  # the means2d probe receives sum |dL/dmeans2d| instead of dL/dmeans2d
-    devices: int = 1  # the tiles are dealt over this host's first `devices` devices (`tile_parallel`)
+    layout: Layout  # the devices it is built for; the tiles are dealt over `layout.tile_devices` (`tile_parallel`)
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(0,))
@@ -97,7 +97,7 @@ def _composite_fwd(cfg, geom, feats, background, probe, lists):
     geom_cf = (geom.at[:, :2].add(probe)).T  # channel first: [GEOM, N]
     feats_cf = feats.T  # [ch, N]
     state = dealt_forward(get_rasterizer(cfg.rasterizer).forward, cfg, geom_cf, feats_cf, lists.ids,
-                          all_tiles(lists, cfg.grid), cfg.devices)
+                          all_tiles(lists, cfg.grid), cfg.layout)
     color = state.color + state.T * background[:, None, None]  # [ch, T, P]
     image = tiles_to_image(jnp.moveaxis(color, 0, -1), cfg.grid)
     out = (image, tiles_to_image(1.0 - state.T, cfg.grid))
@@ -116,7 +116,7 @@ def _composite_bwd(cfg, res, cot):
     behind0 = T_final * background[:, None, None]
     d_geom, d_feats, d_abs = dealt_backward(get_rasterizer(cfg.rasterizer).backward, cfg, geom_cf, feats_cf, lists.ids,
                                             all_tiles(lists, cfg.grid), PixelCotangents(last, T_final, dC, dA),
-                                            behind0, cfg.devices)
+                                            behind0, cfg.layout)
     d_background = jnp.sum(T_final * dC, axis=(1, 2))
     d_probe = d_abs if cfg.absgrad else d_geom[:, :2]
     return d_geom, d_feats, d_background, d_probe, jax.tree_util.tree_map(_float0_like, lists)

@@ -1,8 +1,12 @@
-"""`rasterization`: the one public rendering entry point, shaped like gsplat's.
+"""The rendering entry points, shaped like gsplat's `rasterization`: `rasterization` called
+eagerly (it finds the intersection buffer its cameras need and renders again when one given was
+too small) and `traced_rasterization` inside a program (`jit`, `grad`, a training step: the
+buffer is a required static size and `meta["overflow"]` says whether it held).
 
 projection -> colours (SH) -> binning -> compositing (custom_vjp), cameras one after another
 (`lax.map`). Everything static about a call is one `RenderConfig`, checked once when it is made;
-the module keeps no state between calls (the intersection buffer is the caller's to keep).
+the module keeps no state between calls (the intersection buffer is the caller's to keep, by the
+policy of `isect_buffer`).
 """
 from __future__ import annotations
 
@@ -13,11 +17,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .binning import bin_gaussians, next_isect_capacity, tile_rect
+from .isect_buffer import after_overflow, size_for
+from .binning import bin_gaussians, tile_rect
 from .composite import CompositeConfig, RasterizerOptions, composite, resolve_rasterizer
 from .projection import RASTERIZE_MODES, project_gaussians
 from .sh import sh_to_color
-from ..devices import tile_copies
+from ..layout import Layout, local_layout
 from .tile_parallel import gathered
 from .tiles import TileGrid
 
@@ -40,9 +45,10 @@ class RenderConfig(NamedTuple):
 
 def render_config(width: int, height: int, *, tile_size: int = 16, render_mode: str = "RGB",
                   rasterize_mode: str = "classic", rasterizer: str = "auto", options: Optional[RasterizerOptions] = None,
-                  absgrad: bool = False, tile_devices: int = 1, near_plane: float = 0.01, eps2d: float = 0.3,
-                  use_sh: bool = False, isect_capacity: int = 1) -> RenderConfig:
-    """A `RenderConfig` from `rasterization`'s static arguments; ValueError naming a bad one."""
+                  absgrad: bool = False, layout: Optional[Layout] = None, near_plane: float = 0.01,
+                  eps2d: float = 0.3, use_sh: bool = False, isect_capacity: int = 1) -> RenderConfig:
+    """A `RenderConfig` from `rasterization`'s static arguments (`layout` None: `local_layout`);
+    ValueError naming a bad one."""
     if render_mode not in RENDER_MODES:
         raise ValueError(f"render_mode must be one of {RENDER_MODES}, got {render_mode!r}")
     if rasterize_mode not in RASTERIZE_MODES:
@@ -55,7 +61,8 @@ def render_config(width: int, height: int, *, tile_size: int = 16, render_mode: 
     if o.chunk < 1 or o.groups < 0 or o.tile_batch < 0:
         raise ValueError(f"rasterizer options must be chunk >= 1, groups >= 0, tile_batch >= 0, got {o}")
     grid = TileGrid(width, height, int(tile_size))
-    return RenderConfig(CompositeConfig(grid, resolve_rasterizer(rasterizer), o, bool(absgrad), int(tile_devices)),
+    layout = (layout if layout is not None else local_layout()).for_rendering()
+    return RenderConfig(CompositeConfig(grid, resolve_rasterizer(rasterizer, layout.platform), o, bool(absgrad), layout),
                         render_mode, rasterize_mode, float(near_plane), float(eps2d), bool(use_sh), int(isect_capacity))
 
 
@@ -91,7 +98,7 @@ def _render_one(rc: RenderConfig, means, quats, scales, opacities, colors, viewm
     # The boxes are never differentiated: kept out of the gradient, whose zeros would otherwise meet
     # the box's infinite slopes (0 * inf) in the projection's backward
     proj = proj._replace(extents=jax.lax.stop_gradient(proj.extents))
-    proj, colors = gathered((proj, colors), cfg.devices)
+    proj, colors = gathered((proj, colors), cfg.layout)
     depth = proj.depths[:, None]
     feats = {"RGB": colors, "D": depth, "ED": depth}[render_mode.split("+")[0]]
     if "+" in render_mode:
@@ -103,7 +110,7 @@ def _render_one(rc: RenderConfig, means, quats, scales, opacities, colors, viewm
     # binning is discrete: keep autodiff out of it (no tangents through the sort). Its outputs are
     # pinned whole too: else XLA's partitioner split its cumulative sum after the per-Gaussian
     # statistics that read them (800 ms a step at 200k Gaussians)
-    bins = gathered(bin_gaussians(jax.lax.stop_gradient(proj), grid, rc.isect_capacity), cfg.devices)
+    bins = gathered(bin_gaussians(jax.lax.stop_gradient(proj), grid, rc.isect_capacity, cfg.layout.platform), cfg.layout)
     geom = jnp.concatenate([proj.means2d, proj.quad, proj.opacities[:, None]], -1)  # blend.GEOM_ROWS
     image, alpha = composite(cfg, geom, feats, bg, probe, bins.lists)
     if render_mode.endswith("ED"):
@@ -167,33 +174,7 @@ def count_intersections(means, quats, scales, opacities, viewmats, Ks, width: in
     return np.asarray(counts, np.int64)
 
 
-def rasterization(
-    means,
-    quats,
-    scales,
-    opacities,
-    colors,
-    viewmats,
-    Ks,
-    width: int,
-    height: int,
-    *,
-    sh_degree=None,
-    backgrounds=None,
-    near_plane: float = 0.01,
-    eps2d: float = 0.3,
-    render_mode: str = "RGB",
-    rasterize_mode: str = "classic",
-    rasterizer: str = "auto",
-    tile_size: int = 16,
-    isect_capacity: Optional[int] = None,
-    means2d_probe=None,
-    absgrad: bool = False,
-    options: Optional[RasterizerOptions] = None,
-    tile_devices: int = 1,
-):
-    """Render C cameras, as gsplat's `rasterization`.
-
+_ARGS_DOC = """
     Args:
       means: [N, 3] centres.
       quats: [N, 4] rotations, wxyz, any norm.
@@ -213,54 +194,94 @@ def rasterization(
       rasterizer: "flat", "standard" or "pallas" (`composite.RASTERIZERS`), or "auto": "pallas"
         when the program is built for a GPU, "flat" elsewhere (`composite.resolve_rasterizer`).
       tile_size: tile edge in pixels.
-      isect_capacity: the intersection buffer's size ((Gaussian, tile) pairs). Called eagerly:
-        by default what `count_intersections` says the cameras need (bucketed), and a buffer
-        given too small is grown and the frame rendered again. Under `jit`/`grad` tracing the size
-        cannot be checked (default: 4 per Gaussian, bucketed): `meta["overflow"]` is returned and
-        must be checked by the caller, who keeps the size that was enough (as the `Trainer` does).
+      isect_capacity: the intersection buffer's size ((Gaussian, tile) pairs).
       means2d_probe: [C, N, 2] zeros; its gradient is dL/dmeans2d in pixels (or, with `absgrad`,
         the sum over pixels of |dL/dmeans2d|, gsplat's absgrad), the statistic densification uses.
       options: the rasterizers' own options (`composite.RasterizerOptions`: the flat one's chunk
         and groups, the standard one's tile batch); the defaults suit every device.
-      tile_devices: each camera's tiles are dealt over this host's first `tile_devices` devices,
-        which render them side by side (`tile_parallel`; 1: one device).
+      layout: the devices the render is built for (`layout.Layout`; default: this process's,
+        `local_layout`): its platform picks what "auto" means, and each camera's tiles are dealt
+        over its `tile_devices`, which render them side by side (`tile_parallel`).
 
     Returns:
       (render_colors [C, H, W, ch], render_alphas [C, H, W, 1], meta): `meta` holds per-camera
       radii [C, N], means2d [C, N, 2], depths [C, N], conics [C, N, 3], tiles_per_gauss [C, N],
       num_intersections [C] and overflow [C].
-    """
+"""
+
+
+def _prepared(means, quats, scales, opacities, colors, viewmats, Ks, width, height, sh_degree, backgrounds,
+              near_plane, eps2d, render_mode, rasterize_mode, rasterizer, tile_size, isect_capacity, means2d_probe,
+              absgrad, options, layout, zeros):
+    """The checked `RenderConfig` and the arrays `_rasterize_jit` takes (the probe made by `zeros`
+    when none is given)."""
     means, quats, scales, opacities, colors, viewmats, Ks = (
         jnp.asarray(x, jnp.float32) for x in (means, quats, scales, opacities, colors, viewmats, Ks)
     )
     if backgrounds is not None:
         backgrounds = jnp.asarray(backgrounds, jnp.float32)
     _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degree, backgrounds)
-    n, c = means.shape[0], viewmats.shape[0]
     use_sh = sh_degree is not None
     rc = render_config(width, height, tile_size=tile_size, render_mode=render_mode, rasterize_mode=rasterize_mode,
-                       rasterizer=rasterizer, options=options, absgrad=absgrad, tile_devices=tile_devices,
-                       near_plane=near_plane, eps2d=eps2d, use_sh=use_sh)
+                       rasterizer=rasterizer, options=options, absgrad=absgrad, layout=layout,
+                       near_plane=near_plane, eps2d=eps2d, use_sh=use_sh, isect_capacity=int(isect_capacity or 1))
+    if means2d_probe is None:
+        means2d_probe = zeros((viewmats.shape[0], means.shape[0], 2), np.float32)
     degree = jnp.asarray(sh_degree if use_sh else 0, jnp.int32)
-    inputs = (means, quats, scales, opacities, colors, viewmats, Ks, backgrounds, means2d_probe, degree)
-    traced = any(isinstance(x, jax.core.Tracer) for x in jax.tree_util.tree_leaves(inputs))
-    if means2d_probe is None:  # zeros; made on the host when eager (no program compiled for them)
-        means2d_probe = (jnp if traced else np).zeros((c, n, 2), np.float32)
-    arrays = (*inputs[:-2], means2d_probe, degree)  # the probe, made above when none was given
-    if traced:
-        cap = int(isect_capacity) if isect_capacity is not None else next_isect_capacity(4 * n)
-        return _rasterize_jit(rc._replace(isect_capacity=cap), *arrays)
-    if isect_capacity is None:  # what these cameras need
-        counts = count_intersections(means, quats, scales, opacities, viewmats, Ks, rc.composite.grid.width,
-                                     rc.composite.grid.height, near_plane=near_plane, eps2d=eps2d,
-                                     rasterize_mode=rasterize_mode, tile_size=tile_size)
-        isect_capacity = next_isect_capacity(max(int(counts.max()), 1))
-    # called eagerly: the inputs go where the dealt program runs (a trainer's state is on one device)
-    arrays = tile_copies(arrays, rc.composite.devices)
-    cap = int(isect_capacity)
-    while True:
-        out = _rasterize_jit(rc._replace(isect_capacity=cap), *arrays)
-        needed = int(np.max(np.asarray(out[2]["num_intersections"])))
-        if needed <= cap:
-            return out
-        cap = next_isect_capacity(needed)
+    return rc, (means, quats, scales, opacities, colors, viewmats, Ks, backgrounds, means2d_probe, degree)
+
+
+def traced_rasterization(means, quats, scales, opacities, colors, viewmats, Ks, width: int, height: int, *,
+                         isect_capacity: int, sh_degree=None, backgrounds=None, near_plane: float = 0.01,
+                         eps2d: float = 0.3, render_mode: str = "RGB", rasterize_mode: str = "classic",
+                         rasterizer: str = "auto", tile_size: int = 16, means2d_probe=None, absgrad: bool = False,
+                         options: Optional[RasterizerOptions] = None, layout: Optional[Layout] = None):
+    """Render C cameras inside a program (under `jit`, `grad`, `vmap`, a training step), as gsplat's
+    `rasterization`. The intersection buffer is a static size the caller keeps: `meta["overflow"]`
+    says where it was too small (those images left out the farthest intersections), and the caller
+    renders again with a larger one (`isect_buffer.after_overflow`), as the `Trainer` does.
+    """
+    if isect_capacity is None or int(isect_capacity) < 1:
+        raise ValueError(f"traced_rasterization needs the intersection buffer's size (isect_capacity >= 1), got "
+                         f"{isect_capacity!r}: `count_intersections` says what cameras need")
+    rc, arrays = _prepared(means, quats, scales, opacities, colors, viewmats, Ks, width, height, sh_degree,
+                           backgrounds, near_plane, eps2d, render_mode, rasterize_mode, rasterizer, tile_size,
+                           isect_capacity, means2d_probe, absgrad, options, layout, jnp.zeros)
+    return _rasterize_jit(rc, *arrays)
+
+
+def rasterization(means, quats, scales, opacities, colors, viewmats, Ks, width: int, height: int, *, sh_degree=None,
+                  backgrounds=None, near_plane: float = 0.01, eps2d: float = 0.3, render_mode: str = "RGB",
+                  rasterize_mode: str = "classic", rasterizer: str = "auto", tile_size: int = 16,
+                  isect_capacity: Optional[int] = None, means2d_probe=None, absgrad: bool = False,
+                  options: Optional[RasterizerOptions] = None, layout: Optional[Layout] = None):
+    """Render C cameras, as gsplat's `rasterization`, called eagerly: the intersection buffer is
+    what `count_intersections` says the cameras need (bucketed) unless `isect_capacity` is given,
+    and a buffer too small is grown (`isect_buffer.after_overflow`) and the frames rendered again,
+    so every image holds all its intersections. Inside `jit`/`grad` use `traced_rasterization`.
+    """
+    rc, arrays = _prepared(means, quats, scales, opacities, colors, viewmats, Ks, width, height, sh_degree,
+                           backgrounds, near_plane, eps2d, render_mode, rasterize_mode, rasterizer, tile_size,
+                           isect_capacity, means2d_probe, absgrad, options, layout, np.zeros)
+    try:
+        if isect_capacity is None:  # what these cameras need
+            counts = count_intersections(*arrays[:4], arrays[5], arrays[6], rc.composite.grid.width,
+                                         rc.composite.grid.height, near_plane=near_plane, eps2d=eps2d,
+                                         rasterize_mode=rasterize_mode, tile_size=tile_size)
+            rc = rc._replace(isect_capacity=size_for(max(int(counts.max()), 1)))
+        # the inputs go where the dealt program runs (a trainer's state is on one device)
+        arrays = rc.composite.layout.place(arrays)
+        while True:
+            out = _rasterize_jit(rc, *arrays)
+            needed = int(np.max(np.asarray(out[2]["num_intersections"])))
+            if needed <= rc.isect_capacity:
+                return out
+            rc = rc._replace(isect_capacity=after_overflow(needed))
+    except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
+            jax.errors.TracerIntegerConversionError) as e:
+        raise TypeError("rasterization is the eager entry point (it reads the intersection counts back); inside "
+                        "jit or grad call traced_rasterization with an isect_capacity") from e
+
+
+rasterization.__doc__ += _ARGS_DOC
+traced_rasterization.__doc__ += _ARGS_DOC

@@ -18,7 +18,6 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .. import devices
 
 from .blend import (BackState, BlendState, PixelCotangents, Splat, blend_backward, blend_forward, gradient_rows,
                     initial_state, split_rows, sum_pixels)
@@ -47,22 +46,22 @@ TILES_PER_GROUP = 16  # automatic groups: about this many tiles each ...
 MAX_GROUPS = 16  # ... and at most this many groups
 
 
-def auto_groups(num_tiles: int) -> int:
+def auto_groups(num_tiles: int, platform: str) -> int:
     """Groups for `num_tiles` tiles when none are set. Accelerators prefer one wide loop: 1. On a
     CPU about TILES_PER_GROUP tiles each, 1 to MAX_GROUPS: a blend step over a group costs a fixed
     dispatch per operation plus its pixels, so fewer, wider groups pay fewer dispatches and more
     groups follow the workload closer. The group-count measurements behind TILES_PER_GROUP are in
     docs/tile_parallel.md."""
-    if devices.platform() != "cpu":
+    if platform != "cpu":
         return 1
     return max(1, min(MAX_GROUPS, round(num_tiles / TILES_PER_GROUP)))
 
 
-def _grouping(groups: int, workload):
+def _grouping(groups: int, workload, platform: str):
     """Tile order (heaviest first; None: as they are) and the tiles per group (`groups` 0:
     `auto_groups`)."""
     t = workload.shape[0]
-    n = max(1, min(groups or auto_groups(t), t))
+    n = max(1, min(groups or auto_groups(t, platform), t))
     return (None if n == 1 else jnp.argsort(-workload)), -(-t // n)
 
 
@@ -108,7 +107,7 @@ def flat_forward(cfg, geom, feats, ids, tiles: Tiles) -> BlendState:
     """
     length = tiles.end - tiles.start
     t = length.shape[0]
-    order, size = _grouping(cfg.options.groups, length)
+    order, size = _grouping(cfg.options.groups, length, cfg.layout.platform)
     per_tile = [_grouped(a, order, size) for a in (tiles.start, length, tiles.px.x, tiles.px.y, tiles.inside)]
 
     def group(args):
@@ -159,7 +158,7 @@ def flat_backward(cfg, geom, feats, ids, tiles: Tiles, cot: PixelCotangents, beh
     the per-Gaussian sums carried from group to group.
     """
     ch, n = feats.shape
-    order, size = _grouping(cfg.options.groups, jnp.max(cot.last, axis=1))
+    order, size = _grouping(cfg.options.groups, jnp.max(cot.last, axis=1), cfg.layout.platform)
     per_tile = [_grouped(a, order, size) for a in (tiles.start, tiles.end - tiles.start, tiles.px.x, tiles.px.y,
                                                    cot.last, cot.T_final, cot.dA)]
     per_ch = [_grouped(a, order, size, axis=1) for a in (behind0, cot.dC)]

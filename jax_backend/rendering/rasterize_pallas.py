@@ -10,7 +10,7 @@ share Gaussians), as gsplat's backward does; the order of the additions, and so 
 a gradient, is not fixed on a GPU (`docs/gpu.md`). On a GPU each pass is one kernel launch with no
 XLA loop around it: the two XLA rasterizers are loops of small kernels there.
 
-Lowering follows the platform the program is built for (`devices.platform`): Triton on a GPU
+Lowering follows the platform the program is built for (the render config's `layout.platform`): Triton on a GPU
 (also for a compile-only GPU topology); on a CPU the kernels run in Pallas's interpret mode
 (exact, slow: for tests, not the CPU default). Mosaic (TPU) has no scalar loads at a dynamic
 lane position from a vector memory, which the walk needs: the TPU keeps the flat rasterizer.
@@ -25,7 +25,6 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from .. import devices
 from .blend import (GEOM, BackState, BlendState, PixelCotangents, Splat, blend_backward, blend_forward,
                     gradient_rows, initial_state, split_rows)
 from .binning import next_pow2
@@ -38,11 +37,10 @@ def _pallas():
     return pl
 
 
-def _lowering() -> dict:
-    """How the kernels lower for the target platform: Triton on a GPU (not Mosaic GPU, JAX's
+def _lowering(platform: str) -> dict:
+    """How the kernels lower for `platform`: Triton on a GPU (not Mosaic GPU, JAX's
     default there, which stages whole blocks in shared memory), interpret mode on a CPU; a TPU is
     refused."""
-    platform = devices.platform()
     if platform == "tpu":
         raise ValueError("rasterizer='pallas' lowers through Triton (GPU) or runs interpreted on a CPU; "
                          "on a TPU use rasterizer='flat'")
@@ -122,7 +120,7 @@ def pallas_forward(cfg, geom, feats, ids, tiles: Tiles) -> BlendState:
         in_specs=[_whole()] * 4 + [_row_spec(p2)] * 3,
         out_specs=[_row_spec(p2)] * (3 + ch),
         out_shape=[rows, ints, ints] + [rows] * ch,
-        **_lowering(),
+        **_lowering(cfg.layout.platform),
         name="jaxgs_composite_forward",
     )(tiles.start, tiles.end, ids, _table(geom, feats), x, y, inside)
     T, last, done, *color = (o[:, :p] for o in out)
@@ -171,13 +169,15 @@ def pallas_backward(cfg, geom, feats, ids, tiles: Tiles, cot: PixelCotangents, b
     """Back-to-front walk, one kernel program per tile; the per-Gaussian sums added atomically into
     one [N, GEOM + ch + 2] output. Arguments and result as `rasterize_flat.flat_backward`."""
     ch, n = feats.shape
-    return split_rows(backward_call(geom, feats, ids, tiles, cot, behind0, add_atomic, gradient_rows(n, ch)), ch)
+    return split_rows(backward_call(geom, feats, ids, tiles, cot, behind0, add_atomic, gradient_rows(n, ch),
+                                    cfg.layout.platform), ch)
 
 
-def backward_call(geom, feats, ids, tiles: Tiles, cot: PixelCotangents, behind0, add, zeros):
+def backward_call(geom, feats, ids, tiles: Tiles, cot: PixelCotangents, behind0, add, zeros, platform: str):
     """The backward kernel over every tile, its sums landing in `zeros` (aliased to the output) by
     `add(acc_ref, gid, slot, k, value)`: `add_atomic` into rows per Gaussian (jax-gs), or a store
-    into rows per intersection slot (`benchmarks/backward_sums.py`'s comparison)."""
+    into rows per intersection slot (`benchmarks/backward_sums.py`'s comparison); lowered for
+    `platform` (`_lowering`)."""
     pl = _pallas()
     ch = feats.shape[0]
     num_tiles = tiles.px.x.shape[0]
@@ -191,6 +191,6 @@ def backward_call(geom, feats, ids, tiles: Tiles, cot: PixelCotangents, behind0,
         out_specs=_whole(),
         out_shape=jax.ShapeDtypeStruct(zeros.shape, zeros.dtype),
         input_output_aliases={len(whole) + len(rows): 0},
-        **_lowering(),
+        **_lowering(platform),
         name="jaxgs_composite_backward",
     )(*whole, *rows, zeros)

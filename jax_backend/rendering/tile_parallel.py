@@ -13,7 +13,7 @@ share, and the projected Gaussians are gathered (`gathered`) before binning, whi
 the backward's per-Gaussian sums leave as a reduce-scatter, each device getting its rows' sums.
 Without the split every device did the whole per-Gaussian work of the step again.
 
-Which devices, their mesh and shardings, and placing arrays on them: `devices` (the device policy).
+Which devices, their mesh and shardings, and placing arrays on them: the run's `layout.Layout`.
 
 Why on a CPU: XLA runs one device's program on about one core (its own intra-op threading gains
 nothing on these small fused loops: measured 0.9x with two cores against one), while forced host
@@ -27,19 +27,19 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from ..devices import TILE_AXIS as AXIS, rows_sharding, tile_mesh, whole_sharding
+from ..layout import TILE_AXIS as AXIS, Layout
 from .blend import BlendState, PixelCotangents
 from .tiles import Tiles
 
 
-def gathered(tree, num_devices: int):
-    """Inside a program: `tree` whole on every tile device (arrays split by rows are gathered; no-op
+def gathered(tree, layout: Layout):
+    """Inside a program: `tree` whole on every tile device of `layout` (arrays split by rows are gathered; no-op
     on one device). Its gradient leaves split by rows again (`split_by_rows`): what a training step
     needs for its split parameters, and no all-reduce of the whole cotangent. A custom gradient
     passes zeros where a leaf gets none: leaves never differentiated go in under `stop_gradient`."""
-    if num_devices <= 1:
+    if layout.tile_devices <= 1:
         return tree
-    return _gathered(tree, num_devices)
+    return _gathered(tree, layout)
 
 
 def splits_evenly(rows: int, num_devices: int) -> bool:
@@ -48,25 +48,25 @@ def splits_evenly(rows: int, num_devices: int) -> bool:
     return rows % num_devices == 0
 
 
-def split_by_rows(x, num_devices: int):
+def split_by_rows(x, layout: Layout):
     """Inside a program: x split by its leading axis over the tile devices, where that axis
     divides evenly (else as it is)."""
-    if x.ndim == 0 or not splits_evenly(x.shape[0], num_devices) or not jnp.issubdtype(x.dtype, jnp.inexact):
+    if x.ndim == 0 or not splits_evenly(x.shape[0], layout.tile_devices) or not jnp.issubdtype(x.dtype, jnp.inexact):
         return x
-    return jax.lax.with_sharding_constraint(x, rows_sharding(num_devices))
+    return jax.lax.with_sharding_constraint(x, layout.rows_sharding())
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(1,))
-def _gathered(tree, num_devices):
-    return jax.lax.with_sharding_constraint(tree, whole_sharding(num_devices))
+def _gathered(tree, layout):
+    return jax.lax.with_sharding_constraint(tree, layout.whole_sharding())
 
 
-def _gathered_fwd(tree, num_devices):
-    return _gathered(tree, num_devices), None
+def _gathered_fwd(tree, layout):
+    return _gathered(tree, layout), None
 
 
-def _gathered_bwd(num_devices, _, cot):
-    return (jax.tree_util.tree_map(lambda c: split_by_rows(c, num_devices), cot),)
+def _gathered_bwd(layout, _, cot):
+    return (jax.tree_util.tree_map(lambda c: split_by_rows(c, layout), cot),)
 
 
 _gathered.defvjp(_gathered_fwd, _gathered_bwd)
@@ -91,9 +91,10 @@ def _tile_axis(x):  # tile-layout arrays: [..., T, S*S]
     return x.ndim - 2
 
 
-def dealt_forward(forward, cfg, geom, feats, ids, tiles: Tiles, num_devices: int) -> BlendState:
-    """`forward(cfg, geom, feats, ids, tiles)` with the tiles dealt over `num_devices` devices
+def dealt_forward(forward, cfg, geom, feats, ids, tiles: Tiles, layout: Layout) -> BlendState:
+    """`forward(cfg, geom, feats, ids, tiles)` with the tiles dealt over `layout`'s tile devices
     (one: called as it is)."""
+    num_devices = layout.tile_devices
     if num_devices <= 1:
         return forward(cfg, geom, feats, ids, tiles)
     t = tiles.start.shape[0]
@@ -104,15 +105,16 @@ def dealt_forward(forward, cfg, geom, feats, ids, tiles: Tiles, num_devices: int
         state = forward(cfg, g, f, i, tl)
         return jax.tree_util.tree_map(lambda x: jax.lax.all_gather(x, AXIS, axis=_tile_axis(x), tiled=True), state)
 
-    state = jax.shard_map(walk, mesh=tile_mesh(num_devices), in_specs=(P(), P(), P(), P(AXIS)), out_specs=P(),
+    state = jax.shard_map(walk, mesh=layout.tile_mesh(), in_specs=(P(), P(), P(), P(AXIS)), out_specs=P(),
                           check_vma=False)(geom, feats, ids, mine)
     back = jnp.argsort(idx)[:t]  # position of each real tile in the dealt order
     return jax.tree_util.tree_map(lambda x: jnp.take(x, back, axis=_tile_axis(x)), state)
 
 
-def dealt_backward(backward, cfg, geom, feats, ids, tiles: Tiles, cot: PixelCotangents, behind0, num_devices: int):
-    """`backward(cfg, geom, feats, ids, tiles, cot, behind0)` with the tiles dealt over
-    `num_devices` devices and the per-Gaussian sums added over them (one: called as it is)."""
+def dealt_backward(backward, cfg, geom, feats, ids, tiles: Tiles, cot: PixelCotangents, behind0, layout: Layout):
+    """`backward(cfg, geom, feats, ids, tiles, cot, behind0)` with the tiles dealt over `layout`'s
+    tile devices and the per-Gaussian sums added over them (one: called as it is)."""
+    num_devices = layout.tile_devices
     if num_devices <= 1:
         return backward(cfg, geom, feats, ids, tiles, cot, behind0)
     idx = deal(jnp.max(cot.last, axis=1), num_devices)
@@ -130,5 +132,5 @@ def dealt_backward(backward, cfg, geom, feats, ids, tiles: Tiles, cot: PixelCota
         return jax.tree_util.tree_map(total, backward(cfg, g, f, i, tl, c, b0))
 
     cot_spec = PixelCotangents(last=P(AXIS), T_final=P(AXIS), dC=P(None, AXIS), dA=P(AXIS))
-    return jax.shard_map(walk, mesh=tile_mesh(num_devices), in_specs=(P(), P(), P(), P(AXIS), cot_spec, P(None, AXIS)),
+    return jax.shard_map(walk, mesh=layout.tile_mesh(), in_specs=(P(), P(), P(), P(AXIS), cot_spec, P(None, AXIS)),
                          out_specs=P(AXIS) if by_rows else P(), check_vma=False)(geom, feats, ids, mine, mine_cot, mine_b0)

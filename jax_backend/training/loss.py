@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import devices
+from .. import array_ops
 from ..array_ops import F32
 
 SSIM_C1 = 0.01**2
@@ -56,9 +56,9 @@ def _blur(maps, window, padding):
     On TPU as sums of shifted slices, all images stacked into one (`_blur_by_slices`): as
     convolutions, SSIM's blurs made most of the TPU train block's kernels, and a TPU compile's time
     goes to generating kernels. Elsewhere as convolutions, image by image: on a CPU the slices and
-    stacked convolutions both trained slower. Measurements: docs/tpu.md."""
-    blur = _blur_by_slices if devices.platform() == "tpu" else _blur_by_convolutions
-    return blur(maps, window, padding)
+    stacked convolutions both trained slower (`array_ops.per_platform`). Measurements: docs/tpu.md."""
+    return array_ops.per_platform(maps, tpu=partial(_blur_by_slices, window=window, padding=padding),
+                                  default=partial(_blur_by_convolutions, window=window, padding=padding))
 
 
 def _blur_by_slices(maps, window, padding):

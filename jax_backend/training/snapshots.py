@@ -8,6 +8,7 @@ import jax
 
 from ..files.fileio import AsyncWriter, atomic_write, png_bytes
 from ..files.ply import write_ply
+from . import evaluation
 from .schedule import crossed
 
 
@@ -40,7 +41,7 @@ class Snapshots:
             camera = (d.viewmats[0], d.Ks[0], d.width, d.height)
         else:
             camera = self.camera
-        preview, _ = trainer.render(*camera, background=self.background, render_mode="RGB")
+        preview, _ = evaluation.render(trainer, *camera, background=self.background, render_mode="RGB")
         g = trainer.gaussians
         self.writer.submit(_write_snapshot, self.out_dir, trainer.step, g.params, g.alive, preview)
 

@@ -11,7 +11,8 @@ import jax.numpy as jnp
 import optax
 
 from .. import array_ops
-from ..rendering import rasterization
+from ..layout import Layout
+from ..rendering import traced_rasterization
 from .data import Dataset, ViewPlan, downscale_views
 from .gaussians import Gaussians, activated
 from .bilateral import BilateralGridConfig
@@ -23,7 +24,7 @@ from .optim import OptimConfig, Optimizers
 from .schedule import sh_degree_at
 from .state import TrainState
 from .strategy import DefaultStrategy, RefineInfo, Strategy
-from .strategy.ops import on_tile_devices
+from .strategy.ops import rows_to_split
 
 
 @dataclass(frozen=True)
@@ -46,8 +47,6 @@ class TrainConfig:
     camera_opt: CameraOptConfig = field(default_factory=CameraOptConfig)  # pose corrections (`cameras.py`)
     bilateral: BilateralGridConfig = field(default_factory=BilateralGridConfig)  # appearance (`bilateral.py`)
     seed: int = 0
-    tile_devices: int = 0  # each view's tiles are dealt over this many local devices (`rendering.tile_parallel`);
-    # 0: automatic (every core on a CPU, 1 elsewhere: `auto_tile_devices`)
 
     @property
     def steps_per_level(self) -> int:
@@ -127,14 +126,21 @@ def updated_gaussians(tx, grads, opt_state, g: Gaussians):
     return Gaussians(optax.apply_updates(g.params, updates), g.alive), opt_state
 
 
-def train_step(cfg: TrainConfig, opt: Optimizers, isect_capacity: int, downscale: int, plan: ViewPlan, data: Dataset,
-               state: TrainState, _):
+def placed(layout: Layout, tx, state: TrainState) -> TrainState:
+    """Inside a block program: `state` where `layout` keeps it (with tile dealing its per-Gaussian
+    rows split over the tile devices; else as it is)."""
+    return layout.constrain(state, rows_to_split(tx, state, layout.tile_devices))
+
+
+def train_step(cfg: TrainConfig, opt: Optimizers, layout: Layout, isect_capacity: int, downscale: int, plan: ViewPlan,
+               data: Dataset, state: TrainState, _):
     """One optimisation step on this replica's views: the loss of the renders (through the per-view
     corrections) against the images, its gradients, one update of every optimizer group, the
     strategy's statistics. With `plan.axis_name` the gradients are the mean over every replica's
     views (`lax.pmean`) and the statistics summed, so every replica takes the same update.
 
-    `isect_capacity` and `downscale` (the training images' coarse-to-fine factor) are static.
+    `layout` (the devices the step is built for), `isect_capacity` and `downscale` (the training
+    images' coarse-to-fine factor) are static.
     Returns (state after the step, metrics: loss, psnr, view, num_intersections, overflow, each
     [views_per_replica])."""
     key, k_bg, k_noise = jax.random.split(state.key, 3)
@@ -145,11 +151,11 @@ def train_step(cfg: TrainConfig, opt: Optimizers, isect_capacity: int, downscale
 
     def loss_fn(params, probe, learned):
         viewmats = corrected_viewmats(fixes, learned, views, data.viewmats[views])
-        renders, _, meta = rasterization(
+        renders, _, meta = traced_rasterization(
             *activated(params, g.alive), viewmats, Ks, width, height, backgrounds=bgs,
             sh_degree=sh_degree_at(state.step, cfg.sh_degree_interval, cfg.sh_degree), rasterizer=cfg.rasterizer,
             rasterize_mode=cfg.rasterize_mode, isect_capacity=isect_capacity, means2d_probe=probe, absgrad=strategy.absgrad,
-            tile_devices=cfg.tile_devices)
+            layout=layout)
         renders = corrected_renders(fixes, learned, views, renders)
         per_view = jax.vmap(photometric_loss, in_axes=(0, 0, 0, None))(renders, targets, masks, cfg.ssim_lambda)
         loss = jnp.mean(per_view) + regularization(cfg, params, g.alive, state.step) + penalties(fixes, learned)
@@ -167,7 +173,7 @@ def train_step(cfg: TrainConfig, opt: Optimizers, isect_capacity: int, downscale
                          **updated_corrections(fixes, opt.corrections, learned_grads, state))
     metrics = {"loss": per_view, "psnr": jax.vmap(psnr)(renders, targets, masks), "view": views,
                "num_intersections": meta["num_intersections"], "overflow": meta["overflow"]}
-    return on_tile_devices(opt.gaussians, new, cfg.tile_devices), metrics
+    return placed(layout, opt.gaussians, new), metrics
 
 
 def refine_state(cfg: TrainConfig, tx, scene_extent: float, state: TrainState, step_before):
@@ -177,20 +183,20 @@ def refine_state(cfg: TrainConfig, tx, scene_extent: float, state: TrainState, s
     return state._replace(key=key), info
 
 
-def train_block(cfg: TrainConfig, opt: Optimizers, scene_extent: float, isect_capacity: int, downscale: int,
-                num_steps: int, plan: ViewPlan, data: Dataset, state: TrainState):
+def train_block(cfg: TrainConfig, opt: Optimizers, layout: Layout, scene_extent: float, isect_capacity: int,
+                downscale: int, num_steps: int, plan: ViewPlan, data: Dataset, state: TrainState):
     """`num_steps` steps in one `lax.scan`, then density control. Per-step metrics come back as
     arrays [num_steps, views_per_replica]. Under pmap every replica holds the same state and
     statistics, so the density control below runs on each and agrees, with no host round trip."""
     step_before, tx = state.step, opt.gaussians
-    state = on_tile_devices(tx, state, cfg.tile_devices)  # per-Gaussian rows split over the tile devices
-    state, metrics = jax.lax.scan(partial(train_step, cfg, opt, isect_capacity, downscale, plan, data),
+    state = placed(layout, tx, state)  # per-Gaussian rows split over the tile devices
+    state, metrics = jax.lax.scan(partial(train_step, cfg, opt, layout, isect_capacity, downscale, plan, data),
                                   state, None, length=num_steps)
     # no run ends on a refinement: nothing is densified, pruned or reset after the last step
     # a select, not a cond (`array_ops.where_tree`: TPU layouts)
     state, info = array_ops.where_tree(state.step < cfg.max_steps, refine_state(cfg, tx, scene_extent, state, step_before),
                                        (state, RefineInfo.none()))
-    return on_tile_devices(tx, state, cfg.tile_devices), metrics, info
+    return placed(layout, tx, state), metrics, info
 
 
 def init_state(cfg: TrainConfig, opt: Optimizers, gaussians: Gaussians, num_views: int = 0) -> TrainState:

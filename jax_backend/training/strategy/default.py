@@ -90,14 +90,14 @@ class DefaultStrategy:
         """Density control for the steps (step_before, state.step] just trained: grow and prune
         when a refinement step fell due, then the opacity reset when one fell due."""
         step_after = state.step
-        due = (step_after > self.refine_start) & (step_after <= self.refine_stop) & crossed(
+        due = (step_after > self.refine_start) & (step_after < self.refine_stop) & crossed(
             step_before, step_after, self.refine_every)
         if self.reset_every > 0 and self.pause_after_reset > 0:
             due = due & (step_after % self.reset_every >= self.pause_after_reset)
         before = (state.gaussians, state.opt_state, state.stats)
         g, opt_state, stats, info = array_ops.where_tree(
             due, self._grow_and_prune(key, tx, *before, step_after, scene_extent), before + (RefineInfo.none(),))
-        reset = (step_after <= self.refine_stop) & crossed(step_before, step_after, self.reset_every)
+        reset = (step_after < self.refine_stop) & crossed(step_before, step_after, self.reset_every)
         g, opt_state = array_ops.where_tree(reset, self._reset_opacity(tx, g, opt_state), (g, opt_state))
         return state._replace(gaussians=g, opt_state=opt_state, stats=stats), info._replace(opacity_reset=reset)
 

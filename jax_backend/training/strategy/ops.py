@@ -19,7 +19,6 @@ import optax
 from optax.transforms import MaskedNode
 
 from ... import array_ops
-from ...devices import rows_sharding, whole_sharding
 from ...rendering.tile_parallel import splits_evenly
 from ..gaussians import PARAM_NAMES
 from ..state import TrainState
@@ -73,20 +72,12 @@ def per_gaussian_leaves(tx, state: TrainState):
     )
 
 
-def tile_shardings(tx, state: TrainState, num_devices: int):
-    """Where a tile-parallel block keeps `state` (`rendering.tile_parallel`): per-Gaussian arrays
-    split by rows over the `num_devices` tile devices, everything else whole on each. When the
-    capacity does not divide evenly, everything whole (`Trainer` keeps it divisible)."""
+def rows_to_split(tx, state: TrainState, num_devices: int):
+    """The leaves of `state` that a layout dealing tiles over `num_devices` splits by rows (`True`
+    in a tree shaped like `state`): the per-Gaussian ones, when the capacity divides evenly (the
+    `Trainer` keeps it so); else none."""
     split = splits_evenly(state.gaussians.capacity, num_devices)
-    rows, whole = rows_sharding(num_devices), whole_sharding(num_devices)
-    return jax.tree_util.tree_map(lambda on: rows if on and split else whole, per_gaussian_leaves(tx, state))
-
-
-def on_tile_devices(tx, state: TrainState, num_devices: int) -> TrainState:
-    """Inside a block program: `state` laid out as `tile_shardings` says (no-op on one device)."""
-    if num_devices <= 1:
-        return state
-    return jax.lax.with_sharding_constraint(state, tile_shardings(tx, state, num_devices))
+    return jax.tree_util.tree_map(lambda on: bool(on and split), per_gaussian_leaves(tx, state))
 
 
 def grow_capacity(tx, state: TrainState, new_capacity: int) -> TrainState:

@@ -1,0 +1,28 @@
+"""Looking at a trainer's state: its Gaussians rendered from a camera, and their PSNR on held-out
+views."""
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from .gaussians import render_gaussians
+from .loss import psnr
+from .trainer import Trainer
+
+
+def render(trainer: Trainer, viewmat, K, width: int, height: int, background=None, render_mode: str = "RGB+ED"):
+    """The trainer's current Gaussians from one camera at the current SH degree, as training draws
+    them (its rasterizer, mode and layout; `render_gaussians`)."""
+    return render_gaussians(trainer.gaussians, viewmat, K, width, height, sh_degree=trainer.sh_degree,
+                            background=background, render_mode=render_mode, rasterizer=trainer.cfg.rasterizer,
+                            rasterize_mode=trainer.cfg.rasterize_mode, layout=trainer.layout)
+
+
+def heldout_psnr(trainer: Trainer, images, viewmats, Ks) -> float:
+    """Mean PSNR of the trainer's current Gaussians against uint8 images [H,W,3] seen from the
+    given cameras."""
+    vals = []
+    for im, vm, K in zip(images, viewmats, Ks):
+        image, _ = render(trainer, vm, K, im.shape[1], im.shape[0], render_mode="RGB")
+        vals.append(float(psnr(jnp.clip(image, 0.0, 1.0), jnp.asarray(im[..., :3], jnp.float32) / 255.0)))
+    return float(np.mean(vals))

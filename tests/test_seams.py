@@ -1,0 +1,71 @@
+"""The seams between modules, read from the source: no module reaches into another object's private
+members, and the choices a program makes by platform are the layout's or the lowering's, never a
+module's state."""
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# NamedTuple's public API and the standard library's, spelt with an underscore
+PUBLIC_UNDERSCORED = {"_replace", "_fields", "_asdict", "_make", "_field_defaults", "_exit", "_getframe"}
+# nerfstudio's InputDataset keeps the mask files only there (nerfstudio's own code reads it so)
+NERFSTUDIO_PRIVATE = {("nerfstudio_jaxgs/checks.py", "_dataparser_outputs")}
+
+
+def _private_reaches(package: str, root: Path = ROOT) -> list:
+    found = []
+    for path in sorted((root / package).rglob("*.py")):
+        rel = str(path.relative_to(root))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Attribute) or not node.attr.startswith("_") or node.attr.startswith("__"):
+                continue
+            owner = node.value
+            if isinstance(owner, ast.Name) and owner.id in ("self", "cls"):
+                continue
+            if isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) and owner.func.id == "super":
+                continue
+            if node.attr in PUBLIC_UNDERSCORED or (rel, node.attr) in NERFSTUDIO_PRIVATE:
+                continue
+            found.append(f"{rel}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_touches_another_objects_private_members():
+    """The plugin talks to the engine and the model through public members (the pipeline owns the
+    engine and publishes its Gaussians: `JaxGSModel.publish`), and so does the backend."""
+    assert _private_reaches("nerfstudio_jaxgs") == []
+    assert _private_reaches("jax_backend") == []
+
+
+def test_the_checker_finds_a_private_reach(tmp_path):
+    bad = tmp_path / "pkg"
+    bad.mkdir()
+    (bad / "m.py").write_text("def f(pipeline):\n    pipeline.model._view_cache = None\n    return self._ok\n")
+    assert _private_reaches("pkg", tmp_path) == ["pkg/m.py:2: pipeline.model._view_cache"]
+
+
+def test_no_module_global_decides_how_a_program_is_built():
+    """No `global` statement in the backend (the device target was one: `devices._target`), and
+    nothing reads a platform but the layout (`Layout.platform`) and JAX's lowering
+    (`array_ops.per_platform`)."""
+    for path in sorted((ROOT / "jax_backend").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        assert not [n for n in ast.walk(tree) if isinstance(n, ast.Global)], path
+        text = path.read_text()
+        assert "devices.platform()" not in text and "default_backend()" not in text, path
+
+
+def test_nerfstudios_per_batch_loss_path_says_it_is_not_used():
+    """jax-gs's loss lives in the compiled block: nerfstudio's per-batch torch loss and metrics
+    (splatfacto's, inherited) stop with one line saying so instead of running gsplat's code."""
+    import pytest
+
+    pytest.importorskip("nerfstudio")
+    from nerfstudio_jaxgs.model import JaxGSModel
+    from nerfstudio_jaxgs.pipeline import JaxGSPipeline
+
+    calls = [lambda: JaxGSModel.get_loss_dict(None, {}, {}), lambda: JaxGSModel.get_metrics_dict(None, {}, {}),
+             lambda: JaxGSPipeline.get_train_loss_dict(None, 0), lambda: JaxGSPipeline.get_eval_loss_dict(None, 0)]
+    for call in calls:
+        with pytest.raises(NotImplementedError, match="inside the compiled training block"):
+            call()
