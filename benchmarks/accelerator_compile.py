@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import os
 import subprocess
@@ -45,7 +46,7 @@ WIDTH, HEIGHT = 504, 378
 VIEWS = 20
 HBM_GIB = {"v5e": 16, "v6e": 32, "v5p": 95, "v4": 32, "h200": 141e9 / 2**30, "a100": 80}  # memory per chip
 GPU_TARGETS = ("h200", "a100")  # benchmarks/gpu_targets/<name>.txtpb
-PROGRAMS = ["raster-flat-100k", "block-default", "render", "refine-default", "block-mcmc", "block-dp4",
+PROGRAMS = ["raster-flat-100k", "block-default", "render", "refine-default", "block-mcmc", "block-dp4", "block-shard4",
             "raster-standard-100k", "refine-mcmc", "raster-flat-1m", "raster-standard-1m", "raster-pallas-100k",
             "raster-pallas-10k", "raster-flat-10k", "raster-standard-10k", "block-default-10k"]
 SEED = "seed-raster-100k"  # the seed article's rasterizer (`--seed-dir`)
@@ -73,9 +74,10 @@ def scene_views(n: int, width: int = WIDTH, height: int = HEIGHT):
 
 
 def trainer_for(method: str, n: int, replicas: int = 1, width: int = WIDTH, height: int = HEIGHT,
-                isect_capacity=1 << 20):
+                isect_capacity=1 << 20, tile_devices: int = 1):
     """The `Trainer` `ns-train <method>` builds (the plugin's settings), on a fern-size capture
-    with n Gaussians alive."""
+    with n Gaussians alive, its layout `replicas` data-parallel copies or the Gaussians' rows split
+    over `tile_devices` chips (which deal each view's tiles)."""
     import numpy as np
 
     from jax_backend import Trainer, make_dataset, make_layout
@@ -97,9 +99,9 @@ def trainer_for(method: str, n: int, replicas: int = 1, width: int = WIDTH, heig
                                                     jnp.zeros((pad, 3))]))
     g = Gaussians(params, g.alive)
     data = make_dataset(np.zeros((VIEWS, height, width, 3), np.uint8), viewmats, Ks)
-    # one device renders a view (a chip); the CPU column compiles the same program
+    # one device renders a view (a chip) unless the rows are split; the CPU column compiles the same program
     tr = Trainer(cfg, data, g, 1.0, isect_capacity=isect_capacity, log=lambda *_: None,
-                 layout=make_layout(replicas=replicas, tile_devices=1))
+                 layout=make_layout(replicas=replicas, tile_devices=tile_devices))
     tr.state = tr.state._replace(step=jnp.int32(10_000))  # full resolution, SH degree 3, density control live
     if isect_capacity is None:  # sized at full resolution, as the Trainer does when the resolution changes
         tr.size_buffer_ahead()
@@ -297,10 +299,11 @@ def lowered(program: str, target, gaussians: int = 100_000, size=(WIDTH, HEIGHT)
     default = gaussians == 100_000 and tuple(size) == (WIDTH, HEIGHT)
     # other sizes: the buffer the Trainer sizes itself (twice what the most demanding view needs)
     tr = trainer_for(method, gaussians, replicas=4 if variant == "dp4" else 1, width=size[0], height=size[1],
+                     tile_devices=4 if variant == "shard4" else 1,
                      isect_capacity=(1 << 20) if default else None)
     info = {"gaussians": gaussians, "size": f"{size[0]}x{size[1]}", "capacity": tr.capacity,
             "isect_capacity": tr.isect_capacity,
-            "steps": tr.cfg.steps_per_block, "devices": tr.layout.replicas}
+            "steps": tr.cfg.steps_per_block, "devices": max(tr.layout.replicas, tr.layout.tile_devices)}
     from jax_backend.training import aot
 
     if kind == "block":
@@ -403,30 +406,30 @@ def launch_table(rows: list) -> str:
 
 
 def fit(a):
-    """The default train block's HBM per chip at each Gaussian count and image size."""
+    """The train blocks' HBM per chip at each Gaussian count and image size."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, JAX_PLATFORMS="cpu", TPU_SKIP_MDS_QUERY="1")
     target = next(t for t in a.targets if t != "cpu")
     chip = target.split(":")[0]
-    print(f"# the default train block (100 steps, SH 3, 20 views) compiled for {target}: HBM per chip "
-          f"(arguments + outputs + temporaries + code) against {HBM_GIB[chip]} GiB", flush=True)
-    for size in ("504x378", "1297x840"):
-        for n in a.fit:
-            out = subprocess.run([sys.executable, "-m", "benchmarks.accelerator_compile", "--child", "block-default", target,
-                                  "--gaussians", str(n), "--size", size], capture_output=True, text=True, cwd=root,
-                                 env=env)
-            if out.returncode:
-                print(f"{size:>9} {n:>9}: FAILED: {out.stderr.strip().splitlines()[-1][:300]}", flush=True)
-                continue
-            r = json.loads(out.stdout.strip().splitlines()[-1])
-            total = r["hbm_bytes"] + r["generated_code_size_in_bytes"]
-            print(f"{size:>9} {n:>9} Gaussians ({r['capacity']} slots, buffer {r['isect_capacity']}): "
-                  f"{total / 2**30:.2f} GiB (args {r['argument_size_in_bytes'] / 2**30:.2f}, "
-                  f"temp {r['temp_size_in_bytes'] / 2**30:.2f}), compile {r['compile_s']:.0f} s, "
-                  f"fits: {'yes' if r['fits'] else 'no'}", flush=True)
-            if a.out:
-                with open(a.out, "a") as f:
-                    f.write(json.dumps(r) + "\n")
+    print(f"# train blocks (100 steps, SH 3, 20 views) compiled for {target}: HBM per chip (arguments + outputs + "
+          f"temporaries + code) against {HBM_GIB[chip]} GiB; block-shard4: the Gaussians' rows split over 4 chips",
+          flush=True)
+    for program, size, n in itertools.product(a.fit_programs, a.fit_sizes, a.fit):
+        out = subprocess.run([sys.executable, "-m", "benchmarks.accelerator_compile", "--child", program, target,
+                              "--gaussians", str(n), "--size", size], capture_output=True, text=True, cwd=root,
+                             env=env)
+        if out.returncode:
+            print(f"{program} {size:>9} {n:>9}: FAILED: {out.stderr.strip().splitlines()[-1][:300]}", flush=True)
+            continue
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        total = r["hbm_bytes"] + r["generated_code_size_in_bytes"]
+        print(f"{program} {size:>9} {n:>9} Gaussians ({r['capacity']} slots, buffer {r['isect_capacity']}): "
+              f"{total / 2**30:.2f} GiB (args {r['argument_size_in_bytes'] / 2**30:.2f}, "
+              f"temp {r['temp_size_in_bytes'] / 2**30:.2f}), compile {r['compile_s']:.0f} s, "
+              f"fits: {'yes' if r['fits'] else 'no'}", flush=True)
+        if a.out:
+            with open(a.out, "a") as f:
+                f.write(json.dumps(r) + "\n")
 
 
 def main():
@@ -440,6 +443,9 @@ def main():
     ap.add_argument("--fit", nargs="+", type=int, metavar="GAUSSIANS",
                     help="instead: the default train block with these Gaussian counts at 504x378 and 1297x840, "
                          "for the first non-cpu target (the largest that fits one chip)")
+    ap.add_argument("--fit-programs", nargs="+", default=["block-default"], choices=["block-default", "block-shard4"],
+                    help="the blocks --fit compiles")
+    ap.add_argument("--fit-sizes", nargs="+", default=["504x378", "1297x840"], help="the image sizes --fit compiles")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--gaussians", type=int, default=100_000, help=argparse.SUPPRESS)
     ap.add_argument("--size", default=f"{WIDTH}x{HEIGHT}", help=argparse.SUPPRESS)

@@ -92,6 +92,11 @@ class Layout:
             raise ValueError(f"this layout uses {used} devices; the target has {len(devices)}")
         return dataclasses.replace(self, devices=devices[:used])
 
+    def for_one_device(self) -> "Layout":
+        """One device of this layout, nothing shared (a one-device program: density control run
+        again with room)."""
+        return Layout(self.devices[:1])
+
     def for_rendering(self) -> "Layout":
         """The layout one eager render runs in: its tiles dealt as in training, one replica."""
         return dataclasses.replace(self, replicas=1, processes=1)

@@ -114,6 +114,7 @@ class JaxGSModel(SplatfactoModel):
         self.gaussians = initial_gaussians(self.config, getattr(self, "seed_points", None), scene_box)
         self.trained_steps = 0  # steps trained to reach `gaussians` (their SH degree)
         self.loaded_training_state = None  # a checkpoint's whole training state, for an engine to resume
+        self.loaded_training_processes = 1  # the processes of the run that wrote it
         self._view_cache = None
         self._placed = None  # (the Gaussians, their copy on the render tile devices): `_render_gaussians`
         self.psnr = PeakSignalNoiseRatio(data_range=1.0)
@@ -345,6 +346,7 @@ class JaxGSModel(SplatfactoModel):
         if not tensors:
             raise InputError("checkpoint has no jax-gs state (was it written by another method?)")
         trained = tensors.pop("trained_steps", None)
+        self.loaded_training_processes = int(tensors.pop("processes", 1))
         for kind in ("train", "gaussians"):
             arrays = {k[len(kind):]: v.detach().cpu().numpy() for k, v in tensors.items() if k.startswith(kind)}
             if arrays:

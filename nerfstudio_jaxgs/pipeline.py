@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Type
 
 import numpy as np
+import torch
 
 from nerfstudio.pipelines.base_pipeline import VanillaPipeline, VanillaPipelineConfig
 
@@ -32,6 +33,12 @@ def build_engine(model, dataset, scene_extent: float, max_steps: int, optimizers
     from .settings import layout, train_config
 
     c = model.config
+    saved = model.loaded_training_processes
+    if model.loaded_training_state is not None and saved != jax.process_count():
+        raise InputError(f"the checkpoint was written by a run of {saved} process(es) and this run has "
+                         f"{jax.process_count()}: resume it with --machine.num-machines {saved} (each host's share of "
+                         f"the views follows the count), or start a new run from its Gaussians (ns-export "
+                         f"gaussian-splat, then --pipeline.model.init-ply)")
     cfg = train_config(c, max_steps, model.num_train_data, optimizers, model.training_background())
     try:  # the capacity grows on the host as density control needs it
         engine = Trainer(cfg, dataset, model.gaussians, scene_extent, log=print, layout=layout(c),
@@ -39,13 +46,31 @@ def build_engine(model, dataset, scene_extent: float, max_steps: int, optimizers
     except ValueError as e:  # the engine's own checks of the settings (views per step against the views)
         raise InputError(f"device settings: {e}") from None
     if engine.views_per_step > 1:
-        print(f"[jax-gs] data parallel: {engine.layout.replicas} device(s) x {c.views_per_device} view(s) per step")
+        hosts = f"{engine.layout.processes} process(es) x " if engine.layout.processes > 1 else ""
+        print(f"[jax-gs] data parallel: {hosts}{engine.layout.replicas} device(s) x {c.views_per_device} view(s) "
+              f"per step")
     if engine.layout.tile_devices > 1:
         print(f"[jax-gs] each view's tiles dealt over {engine.layout.tile_devices} "
               f"{jax.default_backend().upper()} devices")
     if model.loaded_training_state is not None:
         checkpointing.load_state_arrays(engine, model.loaded_training_state, "checkpoint")
     return engine
+
+
+class ViewShare:
+    """Some of a dataset's views (this host's share when several train together), as nerfstudio's
+    FullImageDatamanager reads a dataset to cache it: `len`, `get_data` and its own copy of the
+    cameras, whose intrinsics the cache rewrites when it undistorts."""
+
+    def __init__(self, dataset, indices):
+        self.dataset, self.indices = dataset, [int(i) for i in indices]
+        self.cameras = dataset.cameras[torch.tensor(self.indices)]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def get_data(self, index: int, image_type="float32"):
+        return self.dataset.get_data(self.indices[index], image_type=image_type)
 
 
 @dataclass
@@ -109,20 +134,40 @@ class JaxGSPipeline(VanillaPipeline):
         for a run ending at step `max_steps`; `optimizers`: nerfstudio's `--optimizers` dict."""
         if self.engine is not None:
             return self.engine
-        from jax_backend import make_dataset, scene_extent
+        import jax
+
+        from jax_backend import host_views, make_dataset, scene_extent
 
         dm = self.datamanager
-        with user_errors("reading the training images"):
-            cached = dm.cached_train  # undistorted uint8 images; rewrites the cameras' intrinsics
+        full = dm.train_dataset
+        viewmats, _, _, _ = cameras_to_opencv(full.cameras)
+        extent = max(scene_extent(viewmats), 1e-3)  # of every host's cameras: the same on each
+        mine = np.arange(len(full))
+        if jax.process_count() > 1:  # several processes: each reads and trains on its share of the views
+            mine = host_views(len(full))
+            print(f"[jax-gs] process {jax.process_index()} of {jax.process_count()}: training on {len(mine)} of "
+                  f"{len(full)} views")
+            dm.train_dataset = ViewShare(full, mine)  # what nerfstudio's cache reads (and undistorts)
+        try:
+            with user_errors("reading the training images"):
+                cached = dm.cached_train  # undistorted uint8 images; rewrites the cameras' intrinsics
+            share = dm.train_dataset
+            _, Ks, _, _ = cameras_to_opencv(share.cameras)
+        finally:
+            dm.train_dataset = full
+        if share is not full:  # the intrinsics after undistortion, as nerfstudio keeps them
+            at = torch.tensor(share.indices)
+            for name in ("fx", "fy", "cx", "cy", "width", "height"):
+                getattr(full.cameras, name)[at] = getattr(share.cameras, name)
         if not cached:
             raise RuntimeError("the dataset has no training images")
         images = [np.asarray(d["image"].cpu().numpy()) for d in cached]
         masks = None
         if "mask" in cached[0]:
             masks = [np.asarray(d["mask"].cpu().numpy())[..., 0].astype(bool) for d in cached]
-        viewmats, Ks, _, _ = cameras_to_opencv(dm.train_dataset.cameras)
+        viewmats = viewmats[mine]
         data = make_dataset(images, viewmats, Ks, masks)
-        self.engine = build_engine(self.model, data, max(scene_extent(viewmats), 1e-3), max_steps, optimizers)
+        self.engine = build_engine(self.model, data, extent, max_steps, optimizers)
         self.model.loaded_training_state = None  # in the engine now
         self._publish()
         return self.engine
@@ -144,6 +189,7 @@ class JaxGSPipeline(VanillaPipeline):
                 del out[key]
             out.update(checkpoint_entries("train", checkpointing.state_arrays(self.engine), self.engine.step,
                                           model_prefix))
+            out[f"{model_prefix}{PREFIX}.processes"] = torch.tensor(self.engine.layout.processes)
         return out
 
     def load_state_dict(self, state_dict, strict=None):

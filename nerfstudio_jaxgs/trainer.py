@@ -7,11 +7,13 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Type
+from typing import Optional, Type
 
 import torch
+import tyro
 from nerfstudio.engine.trainer import Trainer, TrainerConfig
 from nerfstudio.utils import writer
 from nerfstudio.utils.decorators import check_main_thread
@@ -23,17 +25,29 @@ from jax_backend.training.schedule import crossed  # light: no JAX import at con
 from .errors import InputError
 from .resume import SIGNALS, Interrupts, resolve_load_dir, resume_command, say_last
 
+
 @dataclass
 class JaxGSTrainerConfig(TrainerConfig):
     _target: Type = field(default_factory=lambda: JaxGSTrainer)
+    jax_processes: tyro.conf.Suppress[int] = 1
+    """Processes training together through jax.distributed (from --machine.num-machines)."""
+    jax_process_id: tyro.conf.Suppress[Optional[int]] = 0
+    """This process's index among them (from --machine.machine-rank; None with --machine.dist-url
+    auto until JAX says): 0 writes everything."""
+    jax_coordinator: tyro.conf.Suppress[Optional[str]] = None
+    """Process 0's HOST:PORT (from --machine.dist-url; None: JAX finds it, on a TPU pod slice)."""
 
     def __post_init__(self) -> None:
-        """nerfstudio's `--machine.num-devices N` would start N torch DDP processes (CUDA only): jax-gs
-        trains on N local JAX devices in this one process instead (the model's num-devices)."""
+        """nerfstudio's machine flags, as JAX runs them. `--machine.num-devices N` would start N torch
+        DDP processes (CUDA only): jax-gs trains on N local JAX devices in this one process instead
+        (the model's num-devices). `--machine.num-machines N --machine.machine-rank R
+        --machine.dist-url tcp://HOST:PORT` (or `auto` on a TPU pod slice) would start torch's process
+        group: jax-gs starts JAX's multi-host runtime instead (`jax.distributed`, in `JaxGSTrainer`),
+        every process's devices train one program, and process 0 alone writes the config,
+        checkpoints, logs and the viewer."""
         machine, model = self.machine, self.pipeline.model
         if machine.num_machines > 1:
-            raise SystemExit(f"jax-gs: error: --machine.num-machines {machine.num_machines}: ns-train jax-gs runs on "
-                             f"one host; for several, see scripts/train_multihost.py")
+            self._as_jax_processes(machine)
         if machine.num_devices > 1:
             if model.num_devices not in (0, machine.num_devices):
                 raise SystemExit(f"jax-gs: error: --machine.num-devices {machine.num_devices} and "
@@ -41,7 +55,74 @@ class JaxGSTrainerConfig(TrainerConfig):
             model.num_devices, machine.num_devices = machine.num_devices, 1
 
 
+    def _as_jax_processes(self, machine) -> None:
+        from jax_backend.training.distributed import coordinator_address
+
+        n, rank = machine.num_machines, machine.machine_rank
+        if not 0 <= rank < n:
+            raise SystemExit(f"jax-gs: error: --machine.machine-rank {rank}: must be between 0 and {n - 1} "
+                             f"(--machine.num-machines {n})")
+        if machine.num_devices > 1:
+            raise SystemExit(f"jax-gs: error: --machine.num-devices {machine.num_devices} with --machine.num-machines "
+                             f"{n}: each host's one jax-gs process trains on all its JAX devices; leave it at 1")
+        try:
+            coordinator = coordinator_address(machine.dist_url)
+        except ValueError as e:
+            raise SystemExit(f"jax-gs: error: {e}") from None
+        # with auto JAX finds the coordinator and this process's rank (a TPU pod slice's workers)
+        self.jax_processes, self.jax_coordinator = n, coordinator
+        # nerfstudio's launch then runs this one process, with no torch process group
+        machine.num_machines, machine.machine_rank = 1, 0
+        self.set_process_id(None if coordinator is None else rank)
+
+    def set_process_id(self, rank: Optional[int]) -> None:
+        """This process's rank among the JAX processes (None: not known until JAX starts)."""
+        self.jax_process_id = rank
+        if rank:  # copies: the sub-configs may be shared with the method's defaults
+            local = dataclasses.replace(self.logging.local_writer, enable=False)  # process 0 prints the progress
+            self.logging = dataclasses.replace(self.logging, local_writer=local)
+            self.viewer = dataclasses.replace(self.viewer, quit_on_train_completion=True)  # and keeps the viewer
+
+    @property
+    def main_process(self) -> bool:
+        """Whether this process writes (the only one, or process 0 of several)."""
+        return self.jax_process_id == 0
+
+    def save_config(self) -> None:
+        """nerfstudio's, by process 0 alone (a rank JAX has not given yet: once it has,
+        `JaxGSTrainer`)."""
+        if self.main_process:
+            super().save_config()
+
+    def is_viewer_enabled(self) -> bool:
+        return self.main_process and super().is_viewer_enabled()
+
+    def is_viewer_legacy_enabled(self) -> bool:
+        return self.main_process and super().is_viewer_legacy_enabled()
+
+    def is_tensorboard_enabled(self) -> bool:
+        return self.main_process and super().is_tensorboard_enabled()
+
+    def is_wandb_enabled(self) -> bool:
+        return self.main_process and super().is_wandb_enabled()
+
+    def is_comet_enabled(self) -> bool:
+        return self.main_process and super().is_comet_enabled()
+
+
 class JaxGSTrainer(Trainer):
+    def __init__(self, config: JaxGSTrainerConfig, local_rank: int = 0, world_size: int = 1) -> None:
+        if config.jax_processes > 1:  # before anything touches a JAX device
+            from jax_backend.training.distributed import initialize
+
+            initialize(config.jax_coordinator, config.jax_processes, config.jax_process_id)
+            if config.jax_process_id is None:  # --machine.dist-url auto: JAX found the rank
+                import jax
+
+                config.set_process_id(jax.process_index())
+                config.save_config()  # ns-train's save came before the rank was known
+        super().__init__(config, local_rank, world_size)
+
     def _load_checkpoint(self) -> None:
         """nerfstudio's, after checking what `--load-dir`/`--load-checkpoint` point at."""
         c = self.config
@@ -53,11 +134,13 @@ class JaxGSTrainer(Trainer):
 
     def train(self) -> None:
         assert self.pipeline.datamanager.train_dataset is not None, "Missing DatsetInputs"
-        if hasattr(self.pipeline.datamanager, "train_dataparser_outputs"):
+        main = self.config.main_process
+        if main and hasattr(self.pipeline.datamanager, "train_dataparser_outputs"):
             self.pipeline.datamanager.train_dataparser_outputs.save_dataparser_transform(
                 self.base_dir / "dataparser_transforms.json")
         self._init_viewer_state()
-        remove_stale_temps(self.base_dir, "step-*.ckpt")  # from a run killed while saving
+        if main:
+            remove_stale_temps(self.base_dir, "step-*.ckpt")  # from a run killed while saving
         model = self.pipeline.model
         block = max(1, model.config.steps_per_block)
         done = self._start_step  # steps already trained
@@ -65,7 +148,7 @@ class JaxGSTrainer(Trainer):
         self.stop_training = False
         with self.train_lock:
             self.pipeline.ensure_engine(end, self.config.optimizers)
-        snapshots = self.pipeline.make_snapshots(self.base_dir / "snapshots")
+        snapshots = self.pipeline.make_snapshots(self.base_dir / "snapshots") if main else None
         try:
             with Interrupts() as interrupts:
                 print(f"[jax-gs] training steps {done + 1}-{end} in blocks of {block} (Ctrl-C stops after the block "
@@ -88,6 +171,10 @@ class JaxGSTrainer(Trainer):
         """After a Ctrl-C or SIGTERM: a checkpoint of the `done` steps reached (unless this run
         trained none), one line naming it and the command that resumes, and exit 128 + signum."""
         what = SIGNALS[signum]
+        if not self.config.main_process:
+            say_last(f"jax-gs: process {self.config.jax_process_id} stopped by {what} after {done} of {end} steps; "
+                     f"process 0 writes the checkpoint and the resume command")
+            raise SystemExit(128 + signum)
         if done > self._start_step:
             self.save_checkpoint(done - 1)
             saved = f"checkpoint {self.checkpoint_dir / f'step-{done - 1:09d}.ckpt'}"
@@ -136,7 +223,7 @@ class JaxGSTrainer(Trainer):
             if crossed(before - 1, step, self.config.logging.steps_per_log) or before == 0:
                 writer.put_scalar(name="Train Loss", scalar=stats["loss"], step=step)
                 writer.put_dict(name="Train Metrics Dict", scalar_dict={**stats, "steps_per_sec": n / dt}, step=step)
-            if self.pipeline.datamanager.eval_dataset:
+            if self.config.main_process and self.pipeline.datamanager.eval_dataset:
                 with self.train_lock:
                     self._eval_after_block(max(before - 1, 0), step)  # as nerfstudio: not at step 0
             if crossed(max(before - 1, 0), step, self.config.steps_per_save):
@@ -150,7 +237,10 @@ class JaxGSTrainer(Trainer):
     def save_checkpoint(self, step: int) -> None:
         """nerfstudio's checkpoint, written atomically: a kill mid-write leaves the previous ones
         intact. The temporary file lies next to the checkpoint folder, not in it, because
-        nerfstudio parses every file name in that folder as a step number."""
+        nerfstudio parses every file name in that folder as a step number. Process 0 alone writes
+        (every process holds the same state)."""
+        if not self.config.main_process:
+            return
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         ckpt_path = self.checkpoint_dir / f"step-{step:09d}.ckpt"
         state = {

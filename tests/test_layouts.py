@@ -359,6 +359,46 @@ def test_opencv_fisheye_capture_trains_evaluates_and_renders(tmp_path):
     assert out["rgb"].shape == (int(camera.height), int(camera.width), 3)
 
 
+def test_each_host_reads_and_undistorts_only_its_share_of_the_views(tmp_path, monkeypatch):
+    """With several JAX processes, a host caches (reads and undistorts, through nerfstudio's own
+    datamanager) only its share of the training views (every N-th, `host_views`), hands the engine
+    those images with their intrinsics after undistortion, and keeps them in the dataset's cameras
+    as nerfstudio does; the scene extent is every host's cameras'."""
+    import jax
+    from types import SimpleNamespace
+
+    from nerfstudio.data.dataparsers.nerfstudio_dataparser import NerfstudioDataParserConfig
+
+    import nerfstudio_jaxgs.pipeline as plugin_pipeline
+
+    write_fisheye_scene(tmp_path)
+    reference = _pipeline(NerfstudioDataParserConfig(data=tmp_path)).datamanager
+    everything = [np.asarray(d["image"]) for d in reference.cached_train]  # one process reads all
+    K_all = reference.train_dataset.cameras.get_intrinsics_matrices().numpy()
+
+    pipeline = _pipeline(NerfstudioDataParserConfig(data=tmp_path))
+    dm, seen = pipeline.datamanager, {}
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    monkeypatch.setattr(jax, "process_index", lambda: 1)
+    monkeypatch.setattr(plugin_pipeline, "build_engine",
+                        lambda model, data, extent, *a: seen.update(data=data, extent=extent) or SimpleNamespace(
+                            gaussians=model.gaussians, step=0, cameras=None))
+    pipeline.ensure_engine(5)
+    mine = list(range(1, len(everything), 2))
+    data = seen["data"]
+    assert len(dm.cached_train) == data.num_views == len(mine)  # read: this host's share alone
+    np.testing.assert_array_equal(np.asarray(data.images), np.stack([everything[i] for i in mine]))
+    np.testing.assert_allclose(np.asarray(data.Ks), K_all[mine], rtol=1e-5)
+    np.testing.assert_allclose(dm.train_dataset.cameras.get_intrinsics_matrices().numpy()[mine], K_all[mine],
+                               rtol=1e-5)
+    assert len(dm.train_dataset) == len(everything)  # the full dataset stays (the viewer's cameras)
+    from jax_backend import scene_extent
+    from nerfstudio_jaxgs.cameras import cameras_to_opencv
+
+    assert seen["extent"] == pytest.approx(max(scene_extent(cameras_to_opencv(reference.train_dataset.cameras)[0]),
+                                               1e-3))
+
+
 @pytest.mark.parametrize("frame", ["nerfstudio", "capture"])
 def test_init_ply_starts_from_the_ply_s_gaussians(tmp_path, frame):
     """--pipeline.model.init-ply: the model starts from the PLY's Gaussians (SH bands cut to the

@@ -53,19 +53,55 @@ def test_two_processes_end_identical_and_match_two_devices(tmp_path):
 
 
 @pytest.mark.slow
-def test_multihost_script_on_the_fox(tmp_path):
-    """scripts/train_multihost.py, two processes, 20 steps on the bundled fox: process 0 writes the PLY."""
-    root = HERE.parent
+def test_ns_train_on_two_processes_matches_two_devices_and_exports(tmp_path):
+    """nerfstudio's machine flags start JAX's multi-host runtime: `ns-train jax-gs` as two processes
+    on this machine (CPU collectives), one JAX device each, trains as one process on two devices
+    (the same parameters); process 0 alone writes the config and checkpoints, and ns-export and
+    ns-eval work on what it wrote."""
+    import torch
+
+    from commands import BIN, FOX, run_command
+
+    common = [BIN / "ns-train", "jax-gs", "--data", FOX, "--max-num-iterations", "20", "--vis", "tensorboard",
+              "--viewer.quit-on-train-completion", "True", "--output-dir", tmp_path,
+              "--pipeline.model.steps-per-block", "10", "--pipeline.model.num-random", "2000",
+              "--pipeline.model.random-scale", "1.0"]
     port = free_port()
-    env = command_env(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2")
-    cmd = [sys.executable, str(root / "scripts" / "train_multihost.py"), "--data", str(root / "data" / "fox"),
-           "--out", str(tmp_path), "--steps", "20", "--steps-per-block", "10", "--init-points", "2000"]
-    procs = [subprocess.Popen(cmd, env=dict(env, JAX_PROCESS_ID=str(i)), stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for i in range(2)]
-    outs = [p.communicate(timeout=900)[0] for p in procs]
+    env = command_env(XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    procs = [subprocess.Popen([str(a) for a in common + [
+        "--timestamp", "mh", "--machine.num-machines", "2", "--machine.machine-rank", str(i),
+        "--machine.dist-url", f"tcp://127.0.0.1:{port}"]], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL, text=True) for i in range(2)]
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=900)[0])
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("two-process ns-train timed out")
     assert all(p.returncode == 0 for p in procs), "\n".join(o[-3000:] for o in outs)
-    assert "2 process(es), 2 device(s), 2 views per step" in outs[0]
+    assert "process 0 of 2: training on 31 of 61 views" in outs[0] and "process 1 of 2: training on 30 of 61" in outs[1]
+    assert "data parallel: 2 process(es) x 1 device(s) x 1 view(s) per step" in outs[0]
+    run = tmp_path / "fox" / "jax-gs"
+    assert sorted(p.name for p in run.iterdir()) == ["mh"]  # one run folder, process 0's
+    ckpts = sorted((run / "mh" / "nerfstudio_models").glob("*.ckpt"))
+    assert [c.name for c in ckpts] == ["step-000000019.ckpt"]
+    run_command(common + ["--timestamp", "dp", "--machine.num-devices", "2"],
+                XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    key = "_model.jaxgs.train.gaussians."
+    two_hosts = torch.load(ckpts[0], weights_only=True)["pipeline"]
+    two_devices = torch.load(run / "dp" / "nerfstudio_models" / "step-000000019.ckpt", weights_only=True)["pipeline"]
+    assert int(two_hosts["_model.jaxgs.processes"]) == 2 and int(two_devices["_model.jaxgs.processes"]) == 1
+    np.testing.assert_array_equal(two_hosts[key + "alive"].numpy(), two_devices[key + "alive"].numpy())
+    for name in ("means", "scales", "quats", "opacities", "sh0"):
+        np.testing.assert_allclose(two_hosts[f"{key}params['{name}']"].numpy(), two_devices[f"{key}params['{name}']"].numpy(),
+                                   rtol=1e-4, atol=1e-5, err_msg=name)
+
+    config = run / "mh" / "config.yml"
+    run_command([BIN / "ns-export", "gaussian-splat", "--load-config", config, "--output-dir", tmp_path / "export"])
     from jax_backend import read_ply
 
-    params = read_ply(tmp_path / "splat.ply")
-    assert params["means"].shape[0] > 1000
+    assert read_ply(tmp_path / "export" / "splat.ply")["means"].shape[0] == int(two_hosts[key + "alive"].sum())
+    run_command([BIN / "ns-eval", "--load-config", config, "--output-path", tmp_path / "eval.json"])
+    assert "psnr" in (tmp_path / "eval.json").read_text()

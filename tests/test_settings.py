@@ -137,8 +137,37 @@ def test_machine_num_devices_trains_in_one_process_on_that_many_jax_devices():
     c = dataclasses.replace(cfg, machine=MachineConfig(num_devices=2, device_type="cpu"),
                             pipeline=dataclasses.replace(cfg.pipeline, model=JaxGSModelConfig()))
     assert c.machine.num_devices == 1 and c.pipeline.model.num_devices == 2  # no torch DDP launch
-    with pytest.raises(SystemExit, match="num-machines 2: ns-train jax-gs runs on one host"):
-        dataclasses.replace(cfg, machine=MachineConfig(num_machines=2, device_type="cpu"))
+
+
+def test_machine_flags_start_jax_processes_not_torchs_process_group(tmp_path):
+    """--machine.num-machines/--machine.machine-rank/--machine.dist-url become JAX's multi-host
+    runtime (nerfstudio's launch then runs one process, no torch process group); process 0 alone
+    writes the config, logs and viewer; bad values stop with one line naming the flag."""
+    cfg = jax_gs_method.config
+    one = lambda **kw: dataclasses.replace(cfg, machine=MachineConfig(device_type="cpu", **kw),  # noqa: E731
+                                           output_dir=tmp_path, vis="viewer+tensorboard")
+    c = one(num_machines=2, machine_rank=1, dist_url="tcp://10.0.0.2:1234")
+    assert (c.jax_processes, c.jax_process_id, c.jax_coordinator) == (2, 1, "10.0.0.2:1234")
+    assert (c.machine.num_machines, c.machine.machine_rank) == (1, 0)  # nerfstudio's launch: this one process
+    assert not (c.main_process or c.is_viewer_enabled() or c.is_tensorboard_enabled())
+    assert not c.logging.local_writer.enable and c.viewer.quit_on_train_completion
+    assert cfg.logging.local_writer.enable and not cfg.viewer.quit_on_train_completion  # the method's own, untouched
+    c.save_config()
+    assert not list(tmp_path.rglob("config.yml"))  # process 1 writes nothing
+    main = one(num_machines=2, machine_rank=0, dist_url="tcp://10.0.0.2:1234")
+    assert main.main_process and main.is_viewer_enabled() and main.is_tensorboard_enabled()
+    auto = one(num_machines=4, dist_url="auto")  # a TPU pod slice: JAX finds the coordinator and the rank
+    assert (auto.jax_processes, auto.jax_process_id, auto.jax_coordinator) == (4, None, None)
+    auto.save_config()
+    assert not list(tmp_path.rglob("config.yml")) and not auto.is_viewer_enabled()  # until JAX gives the rank
+    auto.set_process_id(0)
+    assert auto.main_process and auto.is_viewer_enabled() and auto.logging.local_writer.enable
+    assert one().jax_processes == 1 and one().main_process
+    for kw, match in ((dict(num_machines=2, machine_rank=2), "machine-rank 2: must be between 0 and 1"),
+                      (dict(num_machines=2, dist_url="10.0.0.2"), "dist-url '10.0.0.2': give tcp://HOST:PORT"),
+                      (dict(num_machines=2, num_devices=2), "num-devices 2 with --machine.num-machines 2")):
+        with pytest.raises(SystemExit, match=match):
+            one(**kw)
 
 
 def test_presets():

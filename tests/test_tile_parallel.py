@@ -189,3 +189,24 @@ def test_eager_dealt_render_takes_arrays_committed_to_one_device():
     two = render_gaussians(g, train.viewmats[0], train.Ks[0], train.width, train.height,
                            layout=make_layout(tile_devices=2), **kw)
     np.testing.assert_array_equal(np.asarray(two[0]), np.asarray(one[0]))
+
+
+def test_a_block_with_the_rows_split_compiles_for_other_devices_with_its_share_of_the_state():
+    """`aot.lower_block` builds a tile-dealing trainer's block for other devices (here two other CPU
+    devices; a TPU topology's the same way: benchmarks/accelerator_compile.py block-shard4) with
+    the state placed as the trainer places it: each device's arguments hold its half of the
+    per-Gaussian rows, so they are about half of one device's."""
+    from jax_backend.training import aot
+
+    _, train, _ = known_scene(views=4)
+    cfg = TrainConfig(max_steps=100, steps_per_block=2, sh_degree=1, sh_degree_interval=10)
+    g = init_random(4000, -1, 1, sh_degree=1, capacity=8192)
+    sizes = {}
+    for n in (1, 2):
+        tr = Trainer(cfg, train, g, scene_extent=1.5, log=lambda m: None, layout=make_layout(tile_devices=n))
+        target = jax.local_devices()[2:2 + n]
+        compiled = aot.lower_block(tr, 2, target).compile()
+        sizes[n] = compiled.memory_analysis().argument_size_in_bytes
+        assert {d.id for d in compiled.input_shardings[0][1].gaussians.alive.device_set} == {d.id for d in target}
+    state = 8192 * (3 + 3 + 4 + 1 + 3 + 9) * 4 * 3  # parameters and Adam's two moments, float32
+    assert sizes[1] - sizes[2] > 0.4 * state, sizes

@@ -3,24 +3,32 @@ topology's compile-only devices, `devices.topology_devices`): its compile time, 
 instructions checked without running it (`benchmarks/accelerator_compile.py`)."""
 from __future__ import annotations
 
-from functools import partial
-
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..devices import abstract
+from .strategy.ops import rows_to_split
 from .trainer import Trainer
 
 
-def _lowered_for(trainer: Trainer, target, make, args):
-    """`make(layout)`'s program lowered for the trainer's layout moved to `target`, with `args`
-    placed there as the trainer places them (stacked copies when data parallel, else one device)."""
-    if trainer.layout.tile_devices > 1:
-        raise ValueError(f"compiling for other devices needs tile_devices 1, this trainer deals over "
-                         f"{trainer.layout.tile_devices}")
-    layout = trainer.layout.on(target)
-    fn = make(layout)
-    placed = abstract(args, layout.abstract_sharding())
+def _abstract_like(trainer: Trainer, layout, args, per_gaussian=None):
+    """`args` as abstract arrays placed on `layout`'s devices as the trainer places them: stacked
+    copies when data parallel; with tile dealing the leaves of `per_gaussian` (a tree like
+    `args`, True for per-Gaussian leaves) split by rows and the rest whole; else on one device."""
     if layout.data_parallel:
+        return abstract(args, layout.replica_sharding())
+    if layout.tile_devices > 1:
+        if per_gaussian is None:
+            return abstract(args, layout.whole_sharding())
+        shardings = layout.state_shardings(per_gaussian)
+        return jax.tree_util.tree_map(lambda x, s: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=s), args,
+                                      shardings)
+    return abstract(args, jax.sharding.SingleDeviceSharding(layout.devices[0]))
+
+
+def _lowered(fn, layout, placed):
+    if layout.data_parallel:  # pmap
         return fn.lower(*placed)
     return fn.trace(*placed).lower(lowering_platforms=(layout.lowering_platform,))
 
@@ -30,8 +38,11 @@ def lower_block(trainer: Trainer, num_steps: int, target=None):
     devices, or built for `target` devices."""
     if target is None:
         return trainer.block_fn(num_steps).lower(trainer.device_data, trainer.device_state)
-    return _lowered_for(trainer, target, partial(trainer.make_block, num_steps),
-                        (trainer.device_data, trainer.device_state))
+    layout = trainer.layout.on(target)
+    state = trainer.device_state
+    placed = (_abstract_like(trainer, layout, trainer.device_data),
+              _abstract_like(trainer, layout, state, rows_to_split(trainer.opt.gaussians, state, layout.tile_devices)))
+    return _lowered(trainer.make_block(num_steps, layout), layout, placed)
 
 
 def lower_refine(trainer: Trainer, target=None):
@@ -42,4 +53,5 @@ def lower_refine(trainer: Trainer, target=None):
         return trainer.refine_fn().lower(trainer.state, step)
     if trainer.layout.data_parallel:
         raise ValueError("lower_refine compiles the one-device program: use a trainer with one replica")
-    return _lowered_for(trainer, target, lambda layout: trainer.make_refine(), (trainer.state, step))
+    one = trainer.layout.on(target).for_one_device()
+    return _lowered(trainer.make_refine(), one, _abstract_like(trainer, one, (trainer.state, step)))

@@ -1,5 +1,6 @@
-"""Several hosts: `jax.distributed` from standard environment variables, and each host's share
-of the training views.
+"""Several hosts: `jax.distributed` started from given settings (`initialize`: what the plugin
+makes of nerfstudio's --machine.* flags) or from standard environment variables
+(`initialize_from_env`), and each host's share of the training views.
 
     JAX_COORDINATOR_ADDRESS=host0:1234 JAX_NUM_PROCESSES=2 JAX_PROCESS_ID=0  (on host 0)
     JAX_COORDINATOR_ADDRESS=host0:1234 JAX_NUM_PROCESSES=2 JAX_PROCESS_ID=1  (on host 1)
@@ -14,28 +15,50 @@ import os
 import numpy as np
 
 
+def coordinator_address(dist_url: str):
+    """A nerfstudio `--machine.dist-url` as `jax.distributed.initialize` takes it: "tcp://HOST:PORT"
+    or "HOST:PORT" -> "HOST:PORT"; "auto" -> None (JAX finds the coordinator: a TPU pod slice,
+    SLURM, Open MPI). ValueError naming the value otherwise."""
+    url = str(dist_url).strip()
+    if url == "auto":
+        return None
+    address = url[len("tcp://"):] if url.startswith("tcp://") else url
+    host, _, port = address.rpartition(":")
+    if "://" in address or not host or not port.isdigit():
+        raise ValueError(f"--machine.dist-url {dist_url!r}: give tcp://HOST:PORT (the coordinator, process 0's host) "
+                         f"or auto (a TPU pod slice finds it itself)")
+    return address
+
+
+def initialize(coordinator=None, num_processes=None, process_id=None) -> None:
+    """`jax.distributed.initialize` for this process (`coordinator` None: JAX finds it and the
+    counts), with CPU collectives over gloo when JAX runs on CPUs. Must run before anything
+    touches a JAX device."""
+    import jax
+
+    if jax.config.jax_platforms in (None, "", "cpu") or str(jax.config.jax_platforms).startswith("cpu"):
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")  # collectives between CPU processes
+    kwargs = {k: v for k, v in (("coordinator_address", coordinator), ("num_processes", num_processes),
+                                ("process_id", process_id)) if v is not None}
+    jax.distributed.initialize(**kwargs)
+
+
 def initialize_from_env(environ=None) -> bool:
     """Call `jax.distributed.initialize` when the environment asks for several processes.
     Returns whether it did. Must run before anything touches a JAX device."""
-    import jax
-
     env = os.environ if environ is None else environ
     address = env.get("JAX_COORDINATOR_ADDRESS")
     auto = env.get("JAXGS_DISTRIBUTED", "") not in ("", "0") or address == "auto"
     if not address and not auto:
         return False
-    kwargs = {}
-    if address and address != "auto":
-        kwargs["coordinator_address"] = address
+    counts = {}
     for var, name in (("JAX_NUM_PROCESSES", "num_processes"), ("JAX_PROCESS_ID", "process_id")):
         if env.get(var):
             try:
-                kwargs[name] = int(env[var])
+                counts[name] = int(env[var])
             except ValueError:
                 raise ValueError(f"{var} must be an integer, got {env[var]!r}") from None
-    if jax.config.jax_platforms in (None, "", "cpu") or str(jax.config.jax_platforms).startswith("cpu"):
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")  # collectives between CPU processes
-    jax.distributed.initialize(**kwargs)
+    initialize(address if address and address != "auto" else None, **counts)
     return True
 
 
