@@ -3,7 +3,9 @@ ahead-of-time compilation: libtpu, `pip install -e ".[tpu]"`; XLA's GPU compiler
 ".[gpu]"`), beside the same program compiled for this CPU: compile seconds, generated code, device
 memory for arguments / outputs / temporaries, and whether it fits one chip. For a GPU also the
 kernel launches per call counted from the optimised HLO (`benchmarks/launches.py`), the HLO while
-loops, and for a train block the launches of one training step (its scan body).
+loops, and for a train block the launches of one training step (its scan body). For every train
+block the collectives of one step and the bytes each device sends for them (ring algorithms:
+`hlo_checks.collective_traffic`).
 
 Targets: "cpu"; TPU topologies by name ("v5e:2x2", "v6e:2x2"); GPUs "h200" and "a100", whose
 XLA target configs (GpuTargetConfigProto text, every figure with its source) are in
@@ -17,6 +19,8 @@ Programs (`PROGRAMS`), on a capture of fern's size (20 views of 504x378) unless 
   refine-default, refine-mcmc: density control alone (run again when the slots run out);
   render: the eval / viewer render (RGB + expected depth, SH degree 3, 100k Gaussians);
   block-dp4: the default block data parallel over four chips (`--machine.num-devices 4`: pmap);
+  block-shard4: the default block with the Gaussians' rows (parameters, Adam's moments,
+    statistics) split over four chips, which deal each view's tiles (`Layout.tile_devices` 4);
   seed-raster-100k: the seed article's code (github.com/ghif/jax-gs, its `fast_tpu_rasterizer`),
     forward + backward of the sum of its image, on raster-flat-100k's scene and view; only with
     `--seed-dir` (or JAXGS_SEED_DIR), a checkout of that repository kept outside this one, with
@@ -26,6 +30,7 @@ Every compile runs in its own process, one after another in this one run.
 
     python -m benchmarks.accelerator_compile [--targets cpu v5e:2x2 v6e:2x2 h200 a100] [--programs ...] [--out FILE]
     python -m benchmarks.accelerator_compile --targets v5e:2x2 --fit 250000 500000 1000000 2000000  # sized to fit
+        [--fit-programs block-default block-shard4] [--fit-sizes 504x378 1297x840]
 
 Compile-only: nothing here has run on a TPU or a GPU. The figures say how long XLA takes to
 compile for one on this host, how much device memory the compiled program asks for, and (GPU) how
@@ -358,9 +363,25 @@ def measure(program: str, target_name: str, gaussians: int = 100_000, size=(WIDT
             - row["alias_size_in_bytes"]
         row["hbm_bytes"] = per_chip
         row["fits"] = per_chip + row["generated_code_size_in_bytes"] < HBM_GIB[chip] * 2**30
+    if "steps" in info:  # a train block: what one step (the scan's body) sends between devices
+        row.update(step_traffic(compiled.as_text(), info["steps"]))
     if target_name in GPU_TARGETS:
         row.update(gpu_launches(program, compiled.as_text(), info))
     return row
+
+
+def step_traffic(hlo: str, steps: int) -> dict:
+    """The collectives of one training step of a compiled block (its scan's body), and the bytes
+    each device sends for them (`hlo_checks.collective_traffic`: ring algorithms)."""
+    from benchmarks import hlo_checks
+    from benchmarks import launches as L
+
+    body = L.loop_body(hlo, steps)
+    if body is None:
+        return {}
+    traffic = hlo_checks.collective_traffic(hlo, body)
+    return {"step_collectives": {op: n for op, (n, _) in traffic.items()},
+            "step_sent_bytes": sum(sent for _, sent in traffic.values())}
 
 
 def _mb(x):
@@ -482,6 +503,8 @@ def main():
                       f"code {_mb(row['generated_code_size_in_bytes'])} MB, args {_mb(row['argument_size_in_bytes'])} MB, "
                       f"out {_mb(row['output_size_in_bytes'])} MB, temp {_mb(row['temp_size_in_bytes'])} MB"
                       + (f", fits one chip: {row['fits']}" if "fits" in row else "")
+                      + (f", a step sends {row['step_sent_bytes'] / 1e6:.1f} MB per device ({row['step_collectives']})"
+                         if "step_sent_bytes" in row else "")
                       + (f", {row['launches']:.0f} launches ({row['while_loops']} while loops)" if "launches" in row
                          else ""), flush=True)
             if a.out:

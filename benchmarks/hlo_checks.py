@@ -122,3 +122,91 @@ def order_dependent_scatters(text: str) -> list:
             continue
         found.append(line.strip()[:300])
     return found
+
+
+# -- collectives: what a program moves between devices
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+_DTYPE_BYTES = {"f32": 4, "s32": 4, "u32": 4, "f16": 2, "bf16": 2, "s8": 1, "u8": 1, "pred": 1, "f64": 8, "s64": 8,
+                "u64": 8, "s16": 2, "u16": 2}
+_SHAPE = re.compile(r"\b([a-z]+\d*)\[([\d,]*)\]")
+_COLLECTIVE = re.compile(r"=\s*(.*?)\s(" + "|".join(COLLECTIVES) + r")(-start)?\(")
+
+
+def _shapes_bytes(shape_text: str) -> list:
+    out = []
+    for dtype, dims in _SHAPE.findall(shape_text):
+        if dtype not in _DTYPE_BYTES:
+            continue
+        n = 1
+        for d in filter(None, dims.split(",")):
+            n *= int(d)
+        out.append(n * _DTYPE_BYTES[dtype])
+    return out
+
+
+def _result_bytes(shape_text: str, asynchronous: bool = False, opcode: str = "") -> int:
+    """Bytes of a collective's result. The asynchronous forms (`-start`) return a tuple that holds
+    their operands as well: an all-gather's result is its largest member, a permute's its first."""
+    sizes = _shapes_bytes(shape_text)
+    if not asynchronous or len(sizes) <= 1:
+        return sum(sizes)
+    if opcode == "all-gather":
+        return max(sizes)
+    if opcode == "collective-permute":
+        return sizes[0]
+    return sum(sizes) // 2  # (operands, results) of equal sizes
+
+
+def _group_size(line: str) -> int:
+    """Devices in each replica group of a collective (`{{0,1,2,3}}` or the iota form `[2,4]<=[8]`)."""
+    m = re.search(r"replica_groups=\{\{([^}]*)\}", line)
+    if m:
+        return len(m.group(1).split(","))
+    m = re.search(r"replica_groups=\[(\d+),(\d+)\]<=", line)
+    if m:
+        return int(m.group(2))
+    m = re.search(r"source_target_pairs=\{([^}]*\})", line)
+    return 2 if m else 1
+
+
+def sent_bytes(opcode: str, result: int, k: int) -> float:
+    """Bytes each device sends for one collective over groups of `k` devices with the usual ring
+    algorithms, from the size of its result: an all-reduce 2(k-1)/k of it, an all-gather (k-1)/k of
+    what it gathers, a reduce-scatter (k-1) times its share, an all-to-all (k-1)/k, a permute all."""
+    if k <= 1:
+        return 0.0
+    return {"all-reduce": 2 * (k - 1) / k * result, "all-gather": (k - 1) / k * result,
+            "reduce-scatter": (k - 1) * result, "all-to-all": (k - 1) / k * result,
+            "collective-permute": float(result)}[opcode]
+
+
+def collective_traffic(hlo: str, computation: str | None = None) -> dict:
+    """{collective: (instructions, bytes each device sends)} of the optimised HLO `hlo`: in
+    `computation` and everything it calls (default the whole module), each instruction once (a
+    collective inside a loop the computation runs counts once: pass the loop's body for a per-step
+    figure)."""
+    from benchmarks.launches import _called, computations
+
+    entry, comps = computations(hlo)
+    names = set(comps) if computation is None else set()
+    todo = [] if computation is None else [computation]
+    while todo:
+        name = todo.pop()
+        if name in names or name not in comps:
+            continue
+        names.add(name)
+        for ins in comps[name]:
+            for key in ("calls", "body", "condition", "to_apply", "branch_computations", "true_computation",
+                        "false_computation"):
+                todo.extend(_called(ins.text, key))
+    out = {}
+    for name in names:
+        for ins in comps[name]:
+            m = _COLLECTIVE.search(ins.text)
+            if not m:
+                continue
+            op = m.group(2)
+            count, sent = out.get(op, (0, 0.0))
+            result = _result_bytes(m.group(1), bool(m.group(3)), op)
+            out[op] = (count + 1, sent + sent_bytes(op, result, _group_size(ins.text)))
+    return out

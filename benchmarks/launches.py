@@ -121,11 +121,18 @@ def launches(hlo: str, trips: dict | None = None, computation: str | None = None
 
 def loop_body(hlo: str, trip_count: int) -> str | None:
     """Name of the body of the (first) while loop with `known_trip_count` == trip_count: e.g. the
-    train block's scan over its steps, whose body is one training step."""
-    _, comps = computations(hlo)
+    train block's scan over its steps, whose body is one training step. XLA's TPU compiler writes
+    no trip counts: there, the first while loop of the entry computation whose condition compares
+    with that constant."""
+    entry, comps = computations(hlo)
     for instrs in comps.values():
         for ins in instrs:
             if ins.opcode == "while" and f'"known_trip_count":{{"n":"{trip_count}"}}' in ins.text:
+                return _called(ins.text, "body")[0]
+    for ins in comps.get(entry, []):
+        if ins.opcode == "while":
+            condition = comps.get(_called(ins.text, "condition")[0], [])
+            if any(re.search(rf"\bconstant\({trip_count}\)", c.text) for c in condition):
                 return _called(ins.text, "body")[0]
     return None
 
