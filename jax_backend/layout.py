@@ -123,21 +123,26 @@ class Layout:
         rows, whole = self.rows_sharding(), self.whole_sharding()
         return jax.tree_util.tree_map(lambda on: rows if on else whole, per_gaussian)
 
-    def abstract_sharding(self):
-        """How a program built by `Layout.on(target)` takes its arguments (for `abstract`)."""
-        return self.replica_sharding() if self.data_parallel else jax.sharding.SingleDeviceSharding(self.devices[0])
+    def shardings(self, tree, per_gaussian=None):
+        """The sharding of each leaf of `tree` where this layout's programs take it: the replica
+        axis split over the replicas when data parallel (the leaves stacked by `place`); with tile
+        dealing the leaves marked in `per_gaussian` (a tree of bools like `tree`) split by rows and
+        the rest whole on each tile device (all whole when `per_gaussian` is None); else its first
+        device."""
+        if self.tile_devices > 1 and per_gaussian is not None:
+            return self.state_shardings(per_gaussian)
+        one = (self.replica_sharding() if self.data_parallel else self.whole_sharding() if self.tile_devices > 1
+               else jax.sharding.SingleDeviceSharding(self.devices[0]))
+        return jax.tree_util.tree_map(lambda _: one, tree)
 
     # -- placing arrays
     def place(self, tree, per_gaussian=None):
-        """`tree` where this layout's programs take it: stacked copies on the replicas when data
-        parallel; with tile dealing, the leaves marked in `per_gaussian` split by rows and the rest
-        whole on each tile device (all whole when `per_gaussian` is None); else as it is."""
+        """`tree` where this layout's programs take it (`shardings`): stacked copies on the replicas
+        when data parallel; with tile dealing on the tile devices; else as it is."""
         if self.data_parallel:
             return stacked_copies(tree, self.replica_devices)
         if self.tile_devices > 1:
-            if per_gaussian is None:
-                return jax.device_put(tree, self.whole_sharding())
-            return jax.device_put(tree, self.state_shardings(per_gaussian))
+            return jax.device_put(tree, self.shardings(tree, per_gaussian))
         return tree
 
     def one_copy(self, tree):

@@ -5,6 +5,7 @@ nerfstudio's datamanager, eval and viewer code paths stay as they are."""
 from __future__ import annotations
 
 import contextlib
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Dict, Type
 
@@ -179,17 +180,21 @@ class JaxGSPipeline(VanillaPipeline):
 
     def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False):
         """nerfstudio's, with the engine's whole training state (Adam's moments, statistics, pose
-        corrections) in place of the model's Gaussians once training has built it."""
-        out = super().state_dict(*args, destination=destination, prefix=prefix, keep_vars=keep_vars)
-        if self.engine is not None:
-            from jax_backend.training import checkpointing
+        corrections) in place of the model's Gaussians once training has built it (the model's own
+        entries are then not made: one host copy of the Gaussians per checkpoint, not two)."""
+        if self.engine is None:
+            return super().state_dict(*args, destination=destination, prefix=prefix, keep_vars=keep_vars)
+        from jax_backend.training import checkpointing
 
-            model_prefix = f"{prefix}_model."
-            for key in [k for k in out if k.startswith(f"{model_prefix}{PREFIX}.")]:
-                del out[key]
-            out.update(checkpoint_entries("train", checkpointing.state_arrays(self.engine), self.engine.step,
-                                          model_prefix))
-            out[f"{model_prefix}{PREFIX}.processes"] = torch.tensor(self.engine.layout.processes)
+        out = OrderedDict() if destination is None else destination
+        self._save_to_state_dict(out, prefix, keep_vars)
+        for name, child in self.named_children():
+            if name != "_model":
+                child.state_dict(destination=out, prefix=f"{prefix}{name}.", keep_vars=keep_vars)
+        model_prefix = f"{prefix}_model."
+        out.update(checkpoint_entries("train", checkpointing.state_arrays(self.engine), self.engine.step,
+                                      model_prefix))
+        out[f"{model_prefix}{PREFIX}.processes"] = torch.tensor(self.engine.layout.processes)
         return out
 
     def load_state_dict(self, state_dict, strict=None):

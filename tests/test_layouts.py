@@ -239,7 +239,7 @@ def test_camera_optimizer_reaches_the_engine_and_the_viewer(tmp_path):
     from nerfstudio.data.dataparsers.nerfstudio_dataparser import NerfstudioDataParserConfig
 
     from nerfstudio_jaxgs.config import OPTIMIZERS
-    from nerfstudio_jaxgs.model import JaxGSModelConfig
+    from nerfstudio_jaxgs.model import PREFIX, JaxGSModelConfig
     from nerfstudio_jaxgs.pipeline import JaxGSPipelineConfig
 
     model = JaxGSModelConfig(camera_optimizer=CameraOptimizerConfig(mode="SO3xR3"), num_random=500, steps_per_block=10)
@@ -252,7 +252,14 @@ def test_camera_optimizer_reaches_the_engine_and_the_viewer(tmp_path):
     deltas = np.asarray(engine.state.cameras.deltas)
     assert deltas.shape == (len(pipeline.datamanager.train_dataset), 6) and np.abs(deltas).max() > 0
     np.testing.assert_allclose(pipeline.model.camera_optimizer.pose_adjustment.detach().numpy(), deltas)
-    assert any(k.endswith(".cameras.deltas") for k in pipeline.state_dict())  # the checkpoint nerfstudio writes
+    saved = pipeline.state_dict()  # the checkpoint nerfstudio writes
+    assert any(k.endswith(".cameras.deltas") for k in saved)
+    # the training state in place of the shown Gaussians, and every other module's entries as torch makes them
+    assert not any(k.startswith(f"_model.{PREFIX}.gaussians") for k in saved)
+    import torch
+
+    torchs = torch.nn.Module.state_dict(pipeline)
+    assert {k for k in torchs if not k.startswith(f"_model.{PREFIX}.")} <= set(saved)
 
 
 def test_camera_resolution_scale_reaches_the_engine():

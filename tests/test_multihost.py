@@ -16,22 +16,29 @@ from commands import command_env
 HERE = Path(__file__).resolve().parent
 
 
+def _run_together(commands, timeout=900) -> list:
+    """Start every (args, env) at once (the processes of one multi-host run), wait for all and return
+    their output; every one must exit 0 (all are killed when one times out)."""
+    procs = [subprocess.Popen([str(a) for a in args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              stdin=subprocess.DEVNULL, text=True) for args, env in commands]
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=timeout)[0])
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("a multi-process run timed out")
+    assert all(p.returncode == 0 for p in procs), "\n".join(o[-3000:] for o in outs)
+    return outs
+
+
 def test_two_processes_end_identical_and_match_two_devices(tmp_path):
     port = free_port()
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1",
                JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2")
-    procs = [subprocess.Popen([sys.executable, str(HERE / "multihost_worker.py"), str(tmp_path / f"p{i}.npz")],
-                              env=dict(env, JAX_PROCESS_ID=str(i)), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True) for i in range(2)]
-    outs = []
-    for p in procs:
-        try:
-            outs.append(p.communicate(timeout=900)[0])
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            pytest.fail("multi-host run timed out")
-    assert all(p.returncode == 0 for p in procs), "\n".join(o[-3000:] for o in outs)
+    _run_together([([sys.executable, HERE / "multihost_worker.py", tmp_path / f"p{i}.npz"],
+                    dict(env, JAX_PROCESS_ID=str(i))) for i in range(2)])
     a, b = (np.load(tmp_path / f"p{i}.npz") for i in range(2))
     assert int(a["count"]) == 2 and {int(a["process"]), int(b["process"])} == {0, 1}
     for k in ("means", "scales", "quats", "opacities", "sh0", "shN", "alive"):
@@ -68,19 +75,8 @@ def test_ns_train_on_two_processes_matches_two_devices_and_exports(tmp_path):
               "--pipeline.model.random-scale", "1.0"]
     port = free_port()
     env = command_env(XLA_FLAGS="--xla_force_host_platform_device_count=1")
-    procs = [subprocess.Popen([str(a) for a in common + [
-        "--timestamp", "mh", "--machine.num-machines", "2", "--machine.machine-rank", str(i),
-        "--machine.dist-url", f"tcp://127.0.0.1:{port}"]], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL, text=True) for i in range(2)]
-    outs = []
-    for p in procs:
-        try:
-            outs.append(p.communicate(timeout=900)[0])
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            pytest.fail("two-process ns-train timed out")
-    assert all(p.returncode == 0 for p in procs), "\n".join(o[-3000:] for o in outs)
+    outs = _run_together([(common + ["--timestamp", "mh", "--machine.num-machines", "2", "--machine.machine-rank",
+                                     str(i), "--machine.dist-url", f"tcp://127.0.0.1:{port}"], env) for i in range(2)])
     assert "process 0 of 2: training on 31 of 61 views" in outs[0] and "process 1 of 2: training on 30 of 61" in outs[1]
     assert "data parallel: 2 process(es) x 1 device(s) x 1 view(s) per step" in outs[0]
     run = tmp_path / "fox" / "jax-gs"

@@ -7,24 +7,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..devices import abstract
 from .strategy.ops import rows_to_split
 from .trainer import Trainer
 
 
-def _abstract_like(trainer: Trainer, layout, args, per_gaussian=None):
-    """`args` as abstract arrays placed on `layout`'s devices as the trainer places them: stacked
-    copies when data parallel; with tile dealing the leaves of `per_gaussian` (a tree like
-    `args`, True for per-Gaussian leaves) split by rows and the rest whole; else on one device."""
-    if layout.data_parallel:
-        return abstract(args, layout.replica_sharding())
-    if layout.tile_devices > 1:
-        if per_gaussian is None:
-            return abstract(args, layout.whole_sharding())
-        shardings = layout.state_shardings(per_gaussian)
-        return jax.tree_util.tree_map(lambda x, s: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=s), args,
-                                      shardings)
-    return abstract(args, jax.sharding.SingleDeviceSharding(layout.devices[0]))
+def _abstract_like(layout, args, per_gaussian=None):
+    """`args` as abstract arrays placed on `layout`'s devices as the trainer places them
+    (`Layout.shardings`)."""
+    return jax.tree_util.tree_map(lambda x, s: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=s), args,
+                                  layout.shardings(args, per_gaussian))
 
 
 def _lowered(fn, layout, placed):
@@ -40,8 +31,8 @@ def lower_block(trainer: Trainer, num_steps: int, target=None):
         return trainer.block_fn(num_steps).lower(trainer.device_data, trainer.device_state)
     layout = trainer.layout.on(target)
     state = trainer.device_state
-    placed = (_abstract_like(trainer, layout, trainer.device_data),
-              _abstract_like(trainer, layout, state, rows_to_split(trainer.opt.gaussians, state, layout.tile_devices)))
+    placed = (_abstract_like(layout, trainer.device_data),
+              _abstract_like(layout, state, rows_to_split(trainer.opt.gaussians, state, layout.tile_devices)))
     return _lowered(trainer.make_block(num_steps, layout), layout, placed)
 
 
@@ -54,4 +45,4 @@ def lower_refine(trainer: Trainer, target=None):
     if trainer.layout.data_parallel:
         raise ValueError("lower_refine compiles the one-device program: use a trainer with one replica")
     one = trainer.layout.on(target).for_one_device()
-    return _lowered(trainer.make_refine(), one, _abstract_like(trainer, one, (trainer.state, step)))
+    return _lowered(trainer.make_refine(), one, _abstract_like(one, (trainer.state, step)))
