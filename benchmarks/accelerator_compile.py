@@ -21,6 +21,8 @@ Programs (`PROGRAMS`), on a capture of fern's size (20 views of 504x378) unless 
   block-dp4: the default block data parallel over four chips (`--machine.num-devices 4`: pmap);
   block-shard4: the default block with the Gaussians' rows (parameters, Adam's moments,
     statistics) split over four chips, which deal each view's tiles (`Layout.tile_devices` 4);
+    block-shard16 the same over 16 chips (not in the default list: a 16-chip target, "v6e:4x4",
+    whose chips are 4 hosts' 4 each);
   seed-raster-100k: the seed article's code (github.com/ghif/jax-gs, its `fast_tpu_rasterizer`),
     forward + backward of the sum of its image, on raster-flat-100k's scene and view; only with
     `--seed-dir` (or JAXGS_SEED_DIR), a checkout of that repository kept outside this one, with
@@ -55,6 +57,7 @@ PROGRAMS = ["raster-flat-100k", "block-default", "render", "refine-default", "bl
             "raster-standard-100k", "refine-mcmc", "raster-flat-1m", "raster-standard-1m", "raster-pallas-100k",
             "raster-pallas-10k", "raster-flat-10k", "raster-standard-10k", "block-default-10k"]
 SEED = "seed-raster-100k"  # the seed article's rasterizer (`--seed-dir`)
+SHARD16 = "block-shard16"  # the rows over 16 chips: only for a 16-chip target
 
 
 def scene_views(n: int, width: int = WIDTH, height: int = HEIGHT):
@@ -304,7 +307,7 @@ def lowered(program: str, target, gaussians: int = 100_000, size=(WIDTH, HEIGHT)
     default = gaussians == 100_000 and tuple(size) == (WIDTH, HEIGHT)
     # other sizes: the buffer the Trainer sizes itself (twice what the most demanding view needs)
     tr = trainer_for(method, gaussians, replicas=4 if variant == "dp4" else 1, width=size[0], height=size[1],
-                     tile_devices=4 if variant == "shard4" else 1,
+                     tile_devices=int(variant[len("shard"):]) if variant.startswith("shard") else 1,
                      isect_capacity=(1 << 20) if default else None)
     info = {"gaussians": gaussians, "size": f"{size[0]}x{size[1]}", "capacity": tr.capacity,
             "isect_capacity": tr.isect_capacity,
@@ -344,7 +347,8 @@ def measure(program: str, target_name: str, gaussians: int = 100_000, size=(WIDT
     """Runs in the child process: compile one program for one target."""
     import jax
 
-    jax.config.update("jax_num_cpu_devices", 4)  # the CPU column of block-dp4 pmaps over four CPU devices
+    # the trainer is built on this host's CPU devices first (block-dp4's CPU column pmaps over four)
+    jax.config.update("jax_num_cpu_devices", 16 if program == SHARD16 else 4)
     target = None if target_name == "cpu" else target_devices(target_name)
     t0 = time.perf_counter()
     low, info = lowered(program, target, gaussians, size)
@@ -390,7 +394,7 @@ def _mb(x):
 
 def table(rows: list, targets: list) -> str:
     by = {(r["program"], r["target"]): r for r in rows}
-    programs = [p for p in PROGRAMS + [SEED] if any((p, t) in by for t in targets)]
+    programs = [p for p in PROGRAMS + [SEED, SHARD16] if any((p, t) in by for t in targets)]
     head = "| program | " + " | ".join(f"{t} compile s" for t in targets) + " | " + " | ".join(
         f"{t} code / args / temp MB" for t in targets if t != "cpu") + " | fits one chip |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -433,7 +437,7 @@ def fit(a):
     target = next(t for t in a.targets if t != "cpu")
     chip = target.split(":")[0]
     print(f"# train blocks (100 steps, SH 3, 20 views) compiled for {target}: HBM per chip (arguments + outputs + "
-          f"temporaries + code) against {HBM_GIB[chip]} GiB; block-shard4: the Gaussians' rows split over 4 chips",
+          f"temporaries + code) against {HBM_GIB[chip]} GiB; block-shardK: the Gaussians' rows split over K chips",
           flush=True)
     for program, size, n in itertools.product(a.fit_programs, a.fit_sizes, a.fit):
         out = subprocess.run([sys.executable, "-m", "benchmarks.accelerator_compile", "--child", program, target,
@@ -456,7 +460,7 @@ def fit(a):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--targets", nargs="+", default=["cpu", "v5e:2x2", "v6e:2x2"])
-    ap.add_argument("--programs", nargs="+", default=None, choices=PROGRAMS + [SEED],
+    ap.add_argument("--programs", nargs="+", default=None, choices=PROGRAMS + [SEED, SHARD16],
                     help=f"default: all ({SEED} with --seed-dir)")
     ap.add_argument("--seed-dir", default=os.environ.get("JAXGS_SEED_DIR"),
                     help="a checkout of github.com/ghif/jax-gs (outside this repository): adds its rasterizer")
@@ -464,7 +468,7 @@ def main():
     ap.add_argument("--fit", nargs="+", type=int, metavar="GAUSSIANS",
                     help="instead: the default train block with these Gaussian counts at 504x378 and 1297x840, "
                          "for the first non-cpu target (the largest that fits one chip)")
-    ap.add_argument("--fit-programs", nargs="+", default=["block-default"], choices=["block-default", "block-shard4"],
+    ap.add_argument("--fit-programs", nargs="+", default=["block-default"], choices=["block-default", "block-shard4", SHARD16],
                     help="the blocks --fit compiles")
     ap.add_argument("--fit-sizes", nargs="+", default=["504x378", "1297x840"], help="the image sizes --fit compiles")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
