@@ -18,7 +18,7 @@ Programs (`PROGRAMS`), on a capture of fern's size (20 views of 504x378) unless 
     own settings; 100 steps, SH degree 3, 100k Gaussians, density control at its end);
   refine-default, refine-mcmc: density control alone (run again when the slots run out);
   render: the eval / viewer render (RGB + expected depth, SH degree 3, 100k Gaussians);
-  block-dp4: the default block data parallel over four chips (`--machine.num-devices 4`: pmap);
+  block-dp4: the default block data parallel over four chips (`--machine.num-devices 4`: the replica mesh);
   block-shard4: the default block with the Gaussians' rows (parameters, Adam's moments,
     statistics) split over four chips, which deal each view's tiles (`Layout.tile_devices` 4);
     block-shard16 the same over 16 chips (not in the default list: a 16-chip target, "v6e:4x4",
@@ -347,7 +347,7 @@ def measure(program: str, target_name: str, gaussians: int = 100_000, size=(WIDT
     """Runs in the child process: compile one program for one target."""
     import jax
 
-    # the trainer is built on this host's CPU devices first (block-dp4's CPU column pmaps over four)
+    # the trainer is built on this host's CPU devices first (block-dp4's CPU column runs over four)
     jax.config.update("jax_num_cpu_devices", 16 if program == SHARD16 else 4)
     target = None if target_name == "cpu" else target_devices(target_name)
     t0 = time.perf_counter()
@@ -384,8 +384,11 @@ def step_traffic(hlo: str, steps: int) -> dict:
     if body is None:
         return {}
     traffic = hlo_checks.collective_traffic(hlo, body)
-    return {"step_collectives": {op: n for op, (n, _) in traffic.items()},
-            "step_sent_bytes": sum(sent for _, sent in traffic.values())}
+    whole = hlo_checks.collective_traffic(hlo)  # each instruction once: the step's, plus the block's own
+    step = sum(sent for _, sent in traffic.values())
+    return {"step_collectives": {op: n for op, (n, _) in traffic.items()}, "step_sent_bytes": step,
+            # outside the steps' loop: density control at the block's end and the block's setup
+            "block_end_sent_bytes": sum(sent for _, sent in whole.values()) - step}
 
 
 def _mb(x):
@@ -451,6 +454,8 @@ def fit(a):
         print(f"{program} {size:>9} {n:>9} Gaussians ({r['capacity']} slots, buffer {r['isect_capacity']}): "
               f"{total / 2**30:.2f} GiB (args {r['argument_size_in_bytes'] / 2**30:.2f}, "
               f"temp {r['temp_size_in_bytes'] / 2**30:.2f}), compile {r['compile_s']:.0f} s, "
+              + (f"a step sends {r['step_sent_bytes'] / 1e6:.1f} MB per device, the block's end "
+                 f"{r['block_end_sent_bytes'] / 1e6:.1f} MB, " if "block_end_sent_bytes" in r else "") +
               f"fits: {'yes' if r['fits'] else 'no'}", flush=True)
         if a.out:
             with open(a.out, "a") as f:

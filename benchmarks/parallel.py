@@ -1,14 +1,21 @@
-"""Data-parallel scaling: images/s and efficiency for 1, 2 and 4 devices (pmap, one view per
-device per step, gradients averaged with pmean, density statistics summed with psum), measured
-side by side in one process, with the communication volume per step.
+"""Training over several devices, each layout side by side in one process: steps/s and images/s,
+and the bytes each device sends per step read from the compiled block's optimised HLO (its scan
+body's collectives, ring algorithms: `accelerator_compile.step_traffic`).
+
+Layouts (`--layouts`): "1" one device; "dpD" data parallel over D devices (the replica mesh, one view per
+device per step: D views a step, gradients averaged with pmean, density statistics summed with
+psum); "shardK" the Gaussians' rows (parameters, Adam's moments, statistics) split over K devices
+that deal each view's tiles (`Layout.tile_devices` K: one view a step, projections all-gathered,
+per-Gaussian gradient sums reduce-scattered to their owners).
 
 On a CPU the devices are forced host devices (XLA_FLAGS=--xla_force_host_platform_device_count)
-sharing this machine's cores, so the figures measure the overhead of the data-parallel program,
-not a speed-up; on a machine with several accelerators they are real devices.
+sharing this machine's cores: the figures measure the programs' overhead and how well they keep
+the cores busy, not what separate chips would gain; the bytes are what the compiled program
+would send between chips.
 
 Scene: benchmarks.train's (504x378, 8 views, 10k Gaussians, density control off).
 
-    python -m benchmarks.parallel [--devices 1 2 4] [--gaussians 10000] [--steps 20]
+    python -m benchmarks.parallel [--layouts 1 dp2 dp4 shard2 shard4] [--gaussians 10000] [--steps 20]
 """
 from __future__ import annotations
 
@@ -18,53 +25,67 @@ import sys
 import time
 
 
+def parse_layout(name: str) -> dict:
+    """The `build_trainer` counts of a layout name ("1", "dp4", "shard4")."""
+    if name == "1":
+        return {"replicas": 1, "tile_devices": 1}
+    for prefix, key in (("dp", "replicas"), ("shard", "tile_devices")):
+        if name.startswith(prefix) and name[len(prefix):].isdigit() and int(name[len(prefix):]) > 1:
+            return {"replicas": 1, "tile_devices": 1, key: int(name[len(prefix):])}
+    raise SystemExit(f"--layouts: {name!r} is not 1, dpD or shardK (D, K > 1)")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--devices", type=int, nargs="+", default=[1, 2, 4])
+    ap.add_argument("--layouts", nargs="+", default=["1", "dp2", "dp4", "shard2", "shard4"])
     ap.add_argument("--gaussians", type=int, default=10_000)
     ap.add_argument("--steps", type=int, default=20)
     a = ap.parse_args()
+    layouts = {name: parse_layout(name) for name in a.layouts}
     if "jax" in sys.modules:
         raise RuntimeError("run as a script: the device count is set before JAX starts")
+    need = max(max(c.values()) for c in layouts.values())
     flags = os.environ.get("XLA_FLAGS", "")
     if os.environ.get("JAX_PLATFORMS", "cpu").startswith("cpu") and "host_platform_device_count" not in flags:
-        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={max(a.devices)}".strip()
+        os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={need}".strip()
     import jax
-    import numpy as np
 
+    from .accelerator_compile import step_traffic
     from .train import build_trainer
 
     devs = jax.local_devices()
-    print(f"# {len(devs)} x {devs[0].platform} device(s) ({devs[0].device_kind}); 504x378, {a.gaussians} Gaussians, "
-          f"{a.steps} timed steps per configuration after compiling")
+    print(f"# {len(devs)} x {devs[0].platform} device(s) ({devs[0].device_kind}), {os.cpu_count()} cores; 504x378, "
+          f"{a.gaussians} Gaussians, {a.steps} timed steps per layout after compiling")
     rows = {}
-    for d in a.devices:
-        if d > len(devs):
-            print(f"{d} devices: skipped, only {len(devs)}")
+    for name, counts in layouts.items():
+        if max(counts.values()) > len(devs):
+            print(f"{name}: skipped, only {len(devs)} devices")
             continue
-        tr = build_trainer(a.gaussians, "flat", a.steps, replicas=d)
+        tr = build_trainer(a.gaussians, "flat", a.steps, **counts)
         tr.run_block(a.steps)  # compile
         jax.block_until_ready(tr.device_state)
         t0 = time.perf_counter()
-        m, _ = tr.run_block(a.steps)
+        tr.run_block(a.steps)
         jax.block_until_ready(tr.device_state)
         dt = time.perf_counter() - t0
-        g = tr.state
-        grad_bytes = sum(np.asarray(x).nbytes for x in jax.tree_util.tree_leaves(g.gaussians.params))
-        stat_bytes = sum(np.asarray(x).nbytes for x in jax.tree_util.tree_leaves(g.stats))
-        payload = grad_bytes + stat_bytes if d > 1 else 0
-        rows[d] = r = {"images_per_s": a.steps * d / dt, "steps_per_s": a.steps / dt, "payload": payload,
-                       "ring": payload * 2 * (d - 1) / d}
-        print(f"{d} device(s): {r['steps_per_s']:.2f} steps/s, {r['images_per_s']:.2f} images/s, "
-              f"all-reduce payload {payload / 2**20:.2f} MiB/step (ring: {r['ring'] / 2**20:.2f} MiB sent per device)",
-              flush=True)
-    if 1 in rows:
+        hlo = tr.block_fn(a.steps).lower(tr.device_data, tr.device_state).compile().as_text()
+        traffic = step_traffic(hlo, a.steps)
+        views = tr.views_per_step
+        rows[name] = r = {"steps_per_s": a.steps / dt, "images_per_s": a.steps * views / dt,
+                          "sent": traffic.get("step_sent_bytes", 0.0), "collectives": traffic.get("step_collectives", {}),
+                          "block_end": traffic.get("block_end_sent_bytes", 0.0)}
+        print(f"{name:>7}: {r['steps_per_s']:.2f} steps/s, {r['images_per_s']:.2f} images/s ({views} view(s) a step), "
+              f"a step sends {r['sent'] / 2**20:.2f} MiB per device {r['collectives'] or ''}; the block's end "
+              f"(density control, when it runs) {r['block_end'] / 2**20:.2f} MiB", flush=True)
+    if "1" in rows:
         print()
-        base = rows[1]["images_per_s"]
-        for d, r in rows.items():
-            if d > 1:
-                print(f"{d} devices / 1: {r['images_per_s'] / base:.2f}x images/s, scaling efficiency "
-                      f"{r['images_per_s'] / (d * base):.0%}")
+        base = rows["1"]
+        for name, r in rows.items():
+            if name != "1":
+                d = max(layouts[name].values())
+                print(f"{name:>7} / 1: {r['steps_per_s'] / base['steps_per_s']:.2f}x steps/s, "
+                      f"{r['images_per_s'] / base['images_per_s']:.2f}x images/s (over {d} devices: "
+                      f"{r['images_per_s'] / (d * base['images_per_s']):.0%} of linear)")
 
 
 if __name__ == "__main__":

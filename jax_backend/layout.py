@@ -4,9 +4,10 @@ which devices hold what, and no module global does: a program built for other de
 topology's compile-only ones) is built from a `Layout` of those devices (`Layout.on`).
 
 Two ways of using several devices, one count each:
-- `replicas`: data parallel (`jax.pmap` over REPLICA_AXIS). Every replica holds a full copy of
-  the training state, stacked on a leading axis, trains its own views and averages gradients;
-  with several processes every process's devices are replicas.
+- `replicas`: data parallel (`jax.shard_map` over REPLICA_AXIS of `replica_mesh`, under one
+  `jit`). Every replica holds a full copy of the training state, stacked on a leading axis, trains
+  its own views and averages gradients; with several processes every process's devices are
+  replicas, on one mesh over every process's devices.
 - `tile_devices`: one view's tiles dealt over several devices of one host, which render them
   side by side (`rendering.tile_parallel`, over the one-axis TILE_AXIS mesh). The per-Gaussian
   arrays are split by rows over them, everything else is whole on each.
@@ -30,7 +31,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-REPLICA_AXIS = "replicas"  # the data-parallel (pmap) axis
+REPLICA_AXIS = "replicas"  # the data-parallel axis
 TILE_AXIS = "tiles"  # the tile-dealing mesh's one axis
 TILE_DEVICES_ENV = "JAXGS_TILE_DEVICES"
 
@@ -41,7 +42,7 @@ class Layout:
     every compiled program's cache key). Make one with `make_layout`."""
 
     devices: tuple  # this process's devices the programs use (or a topology's compile-only ones)
-    replicas: int = 1  # data-parallel copies on this process (pmap over devices[:replicas])
+    replicas: int = 1  # data-parallel copies on this process (on devices[:replicas])
     tile_devices: int = 1  # devices one view's tiles are dealt over (devices[:tile_devices])
     processes: int = 1  # processes training together (jax.distributed), each with `replicas`
 
@@ -70,13 +71,18 @@ class Layout:
 
     @property
     def data_parallel(self) -> bool:
-        """Whether training runs as pmap replicas (several here, or several processes)."""
+        """Whether training runs as replicas (several here, or several processes)."""
         return self.replicas > 1 or self.processes > 1
 
     @property
     def replica_devices(self) -> tuple:
-        """The devices pmap runs this process's replicas on."""
+        """The devices this process's replicas run on."""
         return self.devices[:self.replicas]
+
+    @property
+    def total_replicas(self) -> int:
+        """Replicas over every process."""
+        return self.replicas * self.processes
 
     @property
     def rows_multiple(self) -> int:
@@ -113,9 +119,20 @@ class Layout:
         """Arrays whole on each tile device."""
         return NamedSharding(self.tile_mesh(), P())
 
+    def replica_mesh(self) -> Mesh:
+        """The data-parallel mesh: this process's replica devices, or with several processes every
+        process's devices in process order (process p's replicas are the p-th run of the axis)."""
+        if self.processes == 1:
+            return Mesh(np.array(self.replica_devices), (REPLICA_AXIS,))
+        devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+        if len(devices) != self.total_replicas:
+            raise ValueError(f"{self.processes} processes with {self.replicas} replicas each need "
+                             f"{self.total_replicas} devices; the runtime has {len(devices)}")
+        return Mesh(np.array(devices), (REPLICA_AXIS,))
+
     def replica_sharding(self) -> NamedSharding:
-        """A leading replica axis split over the replica devices, one slice each: pmap's layout."""
-        return NamedSharding(Mesh(np.array(self.replica_devices), (REPLICA_AXIS,)), P(REPLICA_AXIS))
+        """A leading replica axis split over the replica mesh, one slice each."""
+        return NamedSharding(self.replica_mesh(), P(REPLICA_AXIS))
 
     def state_shardings(self, per_gaussian):
         """Where a tile-dealing program keeps a tree (`per_gaussian`: the same tree of bools, True
@@ -140,7 +157,7 @@ class Layout:
         """`tree` where this layout's programs take it (`shardings`): stacked copies on the replicas
         when data parallel; with tile dealing on the tile devices; else as it is."""
         if self.data_parallel:
-            return stacked_copies(tree, self.replica_devices)
+            return stacked_copies(tree, self.replica_sharding())
         if self.tile_devices > 1:
             return jax.device_put(tree, self.shardings(tree, per_gaussian))
         return tree
@@ -154,6 +171,15 @@ class Layout:
             return jax.device_put(tree, self.devices[0])
         return tree
 
+    def local_replicas(self, tree):
+        """From arrays with a leading replica axis (a data-parallel program's outputs): this
+        process's replicas' rows as numpy, in replica order [replicas, ...]."""
+        def rows(x):
+            shards = sorted(x.addressable_shards, key=lambda s: s.index[0].start or 0)
+            return np.concatenate([np.asarray(s.data) for s in shards])
+
+        return jax.tree_util.tree_map(rows, tree)
+
     def constrain(self, tree, per_gaussian):
         """Inside a tile-dealing program: `tree` laid out as `place` lays it (no-op otherwise)."""
         if self.tile_devices <= 1:
@@ -166,15 +192,17 @@ def lowering_platform(device) -> str:
     return {"gpu": "cuda"}.get(device.platform, device.platform)
 
 
-def stacked_copies(tree, devices):
-    """One copy of every leaf on each of `devices`, stacked on a leading axis (what pmap takes)."""
-    devices = list(devices)
-    sharding = NamedSharding(Mesh(np.array(devices), (REPLICA_AXIS,)), P(REPLICA_AXIS))
+def stacked_copies(tree, sharding: NamedSharding):
+    """One copy of every leaf on each device of `sharding`'s mesh (a one-axis mesh, its axis split:
+    `Layout.replica_sharding`), stacked on a leading axis; this process makes its own devices'
+    copies (with several processes each passes its own values: its host's views)."""
+    mesh_devices = list(sharding.mesh.devices.flat)
+    mine = [d for d in mesh_devices if d.process_index == jax.process_index()]
 
     def one(x):
         x = jax.numpy.asarray(x)
-        shards = [jax.device_put(x[None], d) for d in devices]
-        return jax.make_array_from_single_device_arrays((len(devices),) + x.shape, sharding, shards)
+        shards = [jax.device_put(x[None], d) for d in mine]
+        return jax.make_array_from_single_device_arrays((len(mesh_devices),) + x.shape, sharding, shards)
 
     return jax.tree_util.tree_map(one, tree)
 

@@ -87,7 +87,7 @@ class JaxGSModelConfig(SplatfactoModelConfig):
     """Viewer renders are padded up to a multiple of this many pixels, so moving the camera or
     small window changes do not recompile."""
     num_devices: int = 0
-    """Data-parallel devices (jax.pmap, gradients averaged with pmean): 0 = all local devices on
+    """Data-parallel devices (one program over a mesh of them, gradients averaged with pmean): 0 = all local devices on
     an accelerator, one on a CPU (whose cores deal each view's tiles instead: tile-devices)
     (--machine.num-devices sets it too). Each device renders views_per_device views per step, so
     one step trains on num_devices x views_per_device views; the step count and learning-rate

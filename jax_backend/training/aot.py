@@ -19,8 +19,6 @@ def _abstract_like(layout, args, per_gaussian=None):
 
 
 def _lowered(fn, layout, placed):
-    if layout.data_parallel:  # pmap
-        return fn.lower(*placed)
     return fn.trace(*placed).lower(lowering_platforms=(layout.lowering_platform,))
 
 

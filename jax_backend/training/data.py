@@ -81,7 +81,7 @@ class ViewPlan:
     pure function of (seed, global lane, t): nothing to carry, resumable, and the same views
     whether the lanes sit on 4 devices or in one batch of 4 on one device.
 
-    `axis_name` names the pmap axis (None: one replica, no collectives); `lane_offset` is this
+    `axis_name` names the replica axis (None: one replica, no collectives); `lane_offset` is this
     host's first global lane (multi-host: each host deals its own shard of the views)."""
 
     num_views: int

@@ -104,7 +104,7 @@ def regularization(cfg: TrainConfig, params, alive, step):
 
 
 def replica_mean(tree, axis_name):
-    """The mean of `tree` over the replicas on the pmap axis (itself with no axis)."""
+    """The mean of `tree` over the replicas on the replica axis (itself with no axis)."""
     return tree if axis_name is None else jax.lax.pmean(tree, axis_name)
 
 
@@ -186,7 +186,7 @@ def refine_state(cfg: TrainConfig, tx, scene_extent: float, state: TrainState, s
 def train_block(cfg: TrainConfig, opt: Optimizers, layout: Layout, scene_extent: float, isect_capacity: int,
                 downscale: int, num_steps: int, plan: ViewPlan, data: Dataset, state: TrainState):
     """`num_steps` steps in one `lax.scan`, then density control. Per-step metrics come back as
-    arrays [num_steps, views_per_replica]. Under pmap every replica holds the same state and
+    arrays [num_steps, views_per_replica]. Data parallel, every replica holds the same state and
     statistics, so the density control below runs on each and agrees, with no host round trip."""
     step_before, tx = state.step, opt.gaussians
     state = placed(layout, tx, state)  # per-Gaussian rows split over the tile devices

@@ -10,6 +10,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec as P
 
 from ..errors import UserFacingError
 from ..layout import REPLICA_AXIS, Layout, make_layout
@@ -39,6 +40,19 @@ def nonfinite_rows(params: dict, alive) -> dict:
     return {name: count(x) for name, x in params.items()}
 
 
+def per_replica(fn, layout: Layout):
+    """`fn(data, state)` run by every replica of `layout` on its own slice of the leading replica
+    axis (`Layout.place` stacks one copy per replica), under `shard_map` over the replica mesh:
+    one program for every process's devices, whose collectives over REPLICA_AXIS span the hosts.
+    Its outputs keep the replica axis."""
+    def one(data, state):
+        first = partial(jax.tree_util.tree_map, lambda x: x[0])
+        return jax.tree_util.tree_map(lambda x: x[None], fn(first(data), first(state)))
+
+    return jax.shard_map(one, mesh=layout.replica_mesh(), in_specs=P(REPLICA_AXIS), out_specs=P(REPLICA_AXIS),
+                         check_vma=False)
+
+
 class Trainer:
     """Host side: dispatches blocks, grows buffers when the device says they are too small.
 
@@ -65,7 +79,7 @@ class Trainer:
           log: where messages about buffers and budgets go.
           layout: the devices and how they share the work (`layout.make_layout`; default: the
             automatic layout of this process's devices). With several replicas (or processes
-            after `jax.distributed.initialize`) data parallel with pmap.
+            after `jax.distributed.initialize`) data parallel (`per_replica`).
           views_per_device: views each replica renders per step; the effective batch is the total
             views per step (`views_per_step`).
         """
@@ -172,9 +186,7 @@ class Trainer:
                      num_steps, self.plan)
         if not layout.data_parallel:
             return jax.jit(fn)
-        # several processes: pmap over every process's devices (collectives span the hosts);
-        # each process passes and gets back its own devices' slices
-        return jax.pmap(fn, axis_name=REPLICA_AXIS, devices=layout.replica_devices if layout.processes == 1 else None)
+        return jax.jit(per_replica(fn, layout))
 
     def block_fn(self, num_steps: int):
         """The next block's program of `num_steps` steps for this trainer's devices (compiled once
@@ -200,10 +212,12 @@ class Trainer:
         before = self.device_state
         while True:
             state, metrics, info = self.block_fn(num_steps)(self.device_data, before)
-            metrics = jax.device_get(metrics)
-            if self.layout.data_parallel:  # [replicas, steps, views] -> [steps, replicas * views]; one replica's info
-                metrics = {k: np.moveaxis(v, 0, 1).reshape(v.shape[1], -1) for k, v in metrics.items()}
-                info = jax.tree_util.tree_map(lambda x: x[0], info)
+            if self.layout.data_parallel:  # this process's [replicas, steps, views] -> [steps, replicas * views]
+                metrics = {k: np.moveaxis(v, 0, 1).reshape(v.shape[1], -1)
+                           for k, v in self.layout.local_replicas(metrics).items()}
+                info = self.layout.one_copy(info)  # the replicas' are identical
+            else:
+                metrics = jax.device_get(metrics)
             if not metrics["overflow"].any():
                 return state, metrics, info.as_python()
             needed = int(metrics["num_intersections"].max())

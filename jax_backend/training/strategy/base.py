@@ -71,7 +71,7 @@ class Strategy(Protocol):
 
     def merge_stats(self, stats: dict, delta: dict, axis_name=None) -> dict:
         """`stats` updated with one step's `delta` (accumulated from `init_stats`), combined over
-        the replicas on the pmap axis `axis_name` first (None: one replica)."""
+        the replicas on the replica axis `axis_name` first (None: one replica)."""
 
     def regularizer(self, params: dict, alive):
         """Scalar added to the loss (0.0 for none)."""
