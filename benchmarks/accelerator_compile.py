@@ -21,8 +21,10 @@ Programs (`PROGRAMS`), on a capture of fern's size (20 views of 504x378) unless 
   block-dp4: the default block data parallel over four chips (`--machine.num-devices 4`: the replica mesh);
   block-shard4: the default block with the Gaussians' rows (parameters, Adam's moments,
     statistics) split over four chips, which deal each view's tiles (`Layout.tile_devices` 4);
-    block-shard16 the same over 16 chips (not in the default list: a 16-chip target, "v6e:4x4",
-    whose chips are 4 hosts' 4 each);
+    block-shard16 the same over 16 chips, block-dp4xshard4 4 replicas with each one's rows over 4
+    chips (a 4 x 4 mesh: 4 views a step); not in the default list: a 16-chip target, "v6e:4x4",
+    whose chips are 4 hosts' 4 each (a program on 4 of its chips does not compile: libtpu wants
+    the target's device ids);
   seed-raster-100k: the seed article's code (github.com/ghif/jax-gs, its `fast_tpu_rasterizer`),
     forward + backward of the sum of its image, on raster-flat-100k's scene and view; only with
     `--seed-dir` (or JAXGS_SEED_DIR), a checkout of that repository kept outside this one, with
@@ -58,6 +60,8 @@ PROGRAMS = ["raster-flat-100k", "block-default", "render", "refine-default", "bl
             "raster-pallas-10k", "raster-flat-10k", "raster-standard-10k", "block-default-10k"]
 SEED = "seed-raster-100k"  # the seed article's rasterizer (`--seed-dir`)
 SHARD16 = "block-shard16"  # the rows over 16 chips: only for a 16-chip target
+DP4XSHARD4 = "block-dp4xshard4"  # 4 replicas x the rows over 4 chips: a 16-chip target
+SIXTEEN = [SHARD16, DP4XSHARD4]
 
 
 def scene_views(n: int, width: int = WIDTH, height: int = HEIGHT):
@@ -306,12 +310,16 @@ def lowered(program: str, target, gaussians: int = 100_000, size=(WIDTH, HEIGHT)
     method = "jax-gs-mcmc" if variant == "mcmc" else "jax-gs"
     default = gaussians == 100_000 and tuple(size) == (WIDTH, HEIGHT)
     # other sizes: the buffer the Trainer sizes itself (twice what the most demanding view needs)
-    tr = trainer_for(method, gaussians, replicas=4 if variant == "dp4" else 1, width=size[0], height=size[1],
-                     tile_devices=int(variant[len("shard"):]) if variant.startswith("shard") else 1,
+    counts = {"replicas": 1, "tile_devices": 1}
+    for part in variant.split("x"):  # dp4, shard16, dp4xshard4
+        for prefix, key in (("dp", "replicas"), ("shard", "tile_devices")):
+            if part.startswith(prefix) and part[len(prefix):].isdigit():
+                counts[key] = int(part[len(prefix):])
+    tr = trainer_for(method, gaussians, width=size[0], height=size[1], **counts,
                      isect_capacity=(1 << 20) if default else None)
     info = {"gaussians": gaussians, "size": f"{size[0]}x{size[1]}", "capacity": tr.capacity,
             "isect_capacity": tr.isect_capacity,
-            "steps": tr.cfg.steps_per_block, "devices": max(tr.layout.replicas, tr.layout.tile_devices)}
+            "steps": tr.cfg.steps_per_block, "devices": tr.layout.replicas * tr.layout.tile_devices}
     from jax_backend.training import aot
 
     if kind == "block":
@@ -348,7 +356,7 @@ def measure(program: str, target_name: str, gaussians: int = 100_000, size=(WIDT
     import jax
 
     # the trainer is built on this host's CPU devices first (block-dp4's CPU column runs over four)
-    jax.config.update("jax_num_cpu_devices", 16 if program == SHARD16 else 4)
+    jax.config.update("jax_num_cpu_devices", 16 if program in SIXTEEN else 4)
     target = None if target_name == "cpu" else target_devices(target_name)
     t0 = time.perf_counter()
     low, info = lowered(program, target, gaussians, size)
@@ -397,7 +405,7 @@ def _mb(x):
 
 def table(rows: list, targets: list) -> str:
     by = {(r["program"], r["target"]): r for r in rows}
-    programs = [p for p in PROGRAMS + [SEED, SHARD16] if any((p, t) in by for t in targets)]
+    programs = [p for p in PROGRAMS + [SEED] + SIXTEEN if any((p, t) in by for t in targets)]
     head = "| program | " + " | ".join(f"{t} compile s" for t in targets) + " | " + " | ".join(
         f"{t} code / args / temp MB" for t in targets if t != "cpu") + " | fits one chip |"
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
@@ -465,7 +473,7 @@ def fit(a):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--targets", nargs="+", default=["cpu", "v5e:2x2", "v6e:2x2"])
-    ap.add_argument("--programs", nargs="+", default=None, choices=PROGRAMS + [SEED, SHARD16],
+    ap.add_argument("--programs", nargs="+", default=None, choices=PROGRAMS + [SEED] + SIXTEEN,
                     help=f"default: all ({SEED} with --seed-dir)")
     ap.add_argument("--seed-dir", default=os.environ.get("JAXGS_SEED_DIR"),
                     help="a checkout of github.com/ghif/jax-gs (outside this repository): adds its rasterizer")
@@ -473,7 +481,7 @@ def main():
     ap.add_argument("--fit", nargs="+", type=int, metavar="GAUSSIANS",
                     help="instead: the default train block with these Gaussian counts at 504x378 and 1297x840, "
                          "for the first non-cpu target (the largest that fits one chip)")
-    ap.add_argument("--fit-programs", nargs="+", default=["block-default"], choices=["block-default", "block-shard4", SHARD16],
+    ap.add_argument("--fit-programs", nargs="+", default=["block-default"], choices=["block-default", "block-shard4"] + SIXTEEN,
                     help="the blocks --fit compiles")
     ap.add_argument("--fit-sizes", nargs="+", default=["504x378", "1297x840"], help="the image sizes --fit compiles")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)

@@ -6,7 +6,8 @@ Layouts (`--layouts`): "1" one device; "dpD" data parallel over D devices (the r
 device per step: D views a step, gradients averaged with pmean, density statistics summed with
 psum); "shardK" the Gaussians' rows (parameters, Adam's moments, statistics) split over K devices
 that deal each view's tiles (`Layout.tile_devices` K: one view a step, projections all-gathered,
-per-Gaussian gradient sums reduce-scattered to their owners).
+per-Gaussian gradient sums reduce-scattered to their owners); "dpDxshardK" both on a D x K mesh
+(D views a step, each replica's Gaussians split over its K devices).
 
 On a CPU the devices are forced host devices (XLA_FLAGS=--xla_force_host_platform_device_count)
 sharing this machine's cores: the figures measure the programs' overhead and how well they keep
@@ -15,7 +16,7 @@ would send between chips.
 
 Scene: benchmarks.train's (504x378, 8 views, 10k Gaussians, density control off).
 
-    python -m benchmarks.parallel [--layouts 1 dp2 dp4 shard2 shard4] [--gaussians 10000] [--steps 20]
+    python -m benchmarks.parallel [--layouts 1 dp2 dp4 shard2 shard4 dp2xshard2] [--gaussians 10000] [--steps 20]
 """
 from __future__ import annotations
 
@@ -26,25 +27,31 @@ import time
 
 
 def parse_layout(name: str) -> dict:
-    """The `build_trainer` counts of a layout name ("1", "dp4", "shard4")."""
+    """The `build_trainer` counts of a layout name ("1", "dp4", "shard4", "dp2xshard2")."""
+    counts = {"replicas": 1, "tile_devices": 1}
     if name == "1":
-        return {"replicas": 1, "tile_devices": 1}
-    for prefix, key in (("dp", "replicas"), ("shard", "tile_devices")):
-        if name.startswith(prefix) and name[len(prefix):].isdigit() and int(name[len(prefix):]) > 1:
-            return {"replicas": 1, "tile_devices": 1, key: int(name[len(prefix):])}
-    raise SystemExit(f"--layouts: {name!r} is not 1, dpD or shardK (D, K > 1)")
+        return counts
+    for part in name.split("x"):
+        for prefix, key in (("dp", "replicas"), ("shard", "tile_devices")):
+            n = part[len(prefix):]
+            if part.startswith(prefix) and n.isdigit() and int(n) > 1:
+                counts[key] = int(n)
+                break
+        else:
+            raise SystemExit(f"--layouts: {name!r} is not 1, dpD, shardK or dpDxshardK (D, K > 1)")
+    return counts
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--layouts", nargs="+", default=["1", "dp2", "dp4", "shard2", "shard4"])
+    ap.add_argument("--layouts", nargs="+", default=["1", "dp2", "dp4", "shard2", "shard4", "dp2xshard2"])
     ap.add_argument("--gaussians", type=int, default=10_000)
     ap.add_argument("--steps", type=int, default=20)
     a = ap.parse_args()
     layouts = {name: parse_layout(name) for name in a.layouts}
     if "jax" in sys.modules:
         raise RuntimeError("run as a script: the device count is set before JAX starts")
-    need = max(max(c.values()) for c in layouts.values())
+    need = max(c["replicas"] * c["tile_devices"] for c in layouts.values())
     flags = os.environ.get("XLA_FLAGS", "")
     if os.environ.get("JAX_PLATFORMS", "cpu").startswith("cpu") and "host_platform_device_count" not in flags:
         os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={need}".strip()
@@ -58,7 +65,7 @@ def main():
           f"{a.gaussians} Gaussians, {a.steps} timed steps per layout after compiling")
     rows = {}
     for name, counts in layouts.items():
-        if max(counts.values()) > len(devs):
+        if counts["replicas"] * counts["tile_devices"] > len(devs):
             print(f"{name}: skipped, only {len(devs)} devices")
             continue
         tr = build_trainer(a.gaussians, "flat", a.steps, **counts)
@@ -82,7 +89,7 @@ def main():
         base = rows["1"]
         for name, r in rows.items():
             if name != "1":
-                d = max(layouts[name].values())
+                d = layouts[name]["replicas"] * layouts[name]["tile_devices"]
                 print(f"{name:>7} / 1: {r['steps_per_s'] / base['steps_per_s']:.2f}x steps/s, "
                       f"{r['images_per_s'] / base['images_per_s']:.2f}x images/s (over {d} devices: "
                       f"{r['images_per_s'] / (d * base['images_per_s']):.0%} of linear)")

@@ -3,7 +3,8 @@ by rows over K devices that deal each view's tiles (`Layout.tile_devices` K, the
 `--pipeline.model.tile-devices K`). On 4 devices here and on 8 in a process of its own (slow
 suite): the image and the gradients of a render equal one device's (1e-5 of the largest entry),
 and 30 steps with density control (default strategy: clone, split, prune and an opacity reset;
-MCMC: relocation and growth) end with the same Gaussians as one device, slot for slot."""
+MCMC: relocation and growth) end with the same Gaussians as one device, slot for slot; with data
+parallelism on a replicas x shards mesh too."""
 import os
 import subprocess
 import sys
@@ -46,17 +47,18 @@ def render_matches_one_device(shards: int):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-5 * max(np.abs(b).max(), 1e-30), err_msg=name)
 
 
-def training_matches_one_device(shards: int, strategy: str):
-    """30 steps with density control on `shards` devices against one device: the same density
-    decisions each block, the same live slots and parameters at the end."""
+def training_matches_one_device(shards: int, strategy: str, replicas: int = 1):
+    """30 steps with density control on `shards` devices (for each of `replicas` data-parallel
+    replicas: a replicas x shards mesh) against the same replicas on one device each: the same
+    density decisions each block, the same live slots and parameters at the end."""
     _, train, _ = known_scene(views=8)
     # Adam eps 1e-6, as in test_parallel: with 3DGS's 1e-15 a gradient of pure rounding noise is a
     # full learning-rate step of random sign, and two summation orders drift apart by the learning rate
     cfg = TrainConfig(max_steps=200, steps_per_block=10, sh_degree=1, sh_degree_interval=10,
                       strategy=STRATEGIES[strategy](), optim=OptimConfig().with_eps(1e-6))
     g = init_random(300, -1, 1, sh_degree=1, capacity=509)  # not a multiple of the shards: padded
-    trainers = {n: Trainer(cfg, train, g, scene_extent=1.5, log=lambda m: None, layout=make_layout(tile_devices=n))
-                for n in (1, shards)}
+    trainers = {n: Trainer(cfg, train, g, scene_extent=1.5, log=lambda m: None,
+                           layout=make_layout(replicas=replicas, tile_devices=n)) for n in (1, shards)}
     infos = {n: [] for n in trainers}
     for _ in range(3):
         for n, tr in trainers.items():
@@ -74,7 +76,7 @@ def training_matches_one_device(shards: int, strategy: str):
     for k in one.params:
         a, b = np.asarray(many.params[k])[:rows][alive], np.asarray(one.params[k])[alive]
         np.testing.assert_allclose(a, b, rtol=2e-4, atol=1e-5, err_msg=k)
-    return infos[1]
+    return trainers[shards]
 
 
 def test_four_shards_render_and_differentiate_as_one_device():
@@ -84,6 +86,16 @@ def test_four_shards_render_and_differentiate_as_one_device():
 @pytest.mark.parametrize("strategy", sorted(STRATEGIES))
 def test_four_shards_train_with_density_control_as_one_device(strategy):
     training_matches_one_device(4, strategy)
+
+
+def test_replicas_times_shards_train_as_the_replicas_alone():
+    """Data parallelism and Gaussian shards on one 2 x 2 mesh (views x Gaussians): 2 replicas,
+    each with its Gaussians split over 2 devices, train as 2 replicas on one device each; every
+    device holds half of one replica's rows."""
+    tr = training_matches_one_device(2, "default", replicas=2)
+    alive = tr.device_state.gaussians.alive
+    assert alive.shape == (2, tr.capacity)
+    assert sorted(s.data.shape for s in alive.addressable_shards) == [(1, tr.capacity // 2)] * 4
 
 
 @pytest.mark.slow

@@ -144,11 +144,13 @@ def test_the_environment_sets_the_automatic_tile_devices(monkeypatch):
 
 
 def test_a_layout_is_one_value_checked_once():
-    """The counts: tile dealing with data parallelism stops with one line naming both; a count past
-    the host's devices names the setting; automatic counts follow the platform; the layout is
+    """The counts: replicas x tile devices past the host's devices stops with one line naming
+    both, a count past them names the setting; automatic counts follow the platform; the layout is
     hashable (part of every program's cache key) and moves to other devices whole."""
-    with pytest.raises(ValueError, match="tile_devices 2 .* 1 replica"):
-        make_layout(replicas=2, tile_devices=2)
+    with pytest.raises(ValueError, match="replicas 3 x tile_devices 2 need 6 devices; this host has 4"):
+        make_layout(replicas=3, tile_devices=2)
+    both = make_layout(replicas=2, tile_devices=2)  # a 2 x 2 mesh: each replica's Gaussians over 2 devices
+    assert both.mesh().devices.shape == (2, 2) and both.data_parallel and both.rows_multiple == 2
     assert make_layout(replicas=2).tile_devices == 1  # automatic: 1
     with pytest.raises(ValueError, match="replicas must be between 0 .automatic. and 4"):
         make_layout(replicas=5)

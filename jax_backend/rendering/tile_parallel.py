@@ -106,7 +106,7 @@ def dealt_forward(forward, cfg, geom, feats, ids, tiles: Tiles, layout: Layout) 
         return jax.tree_util.tree_map(lambda x: jax.lax.all_gather(x, AXIS, axis=_tile_axis(x), tiled=True), state)
 
     state = jax.shard_map(walk, mesh=layout.tile_mesh(), in_specs=(P(), P(), P(), P(AXIS)), out_specs=P(),
-                          check_vma=False)(geom, feats, ids, mine)
+                          axis_names={AXIS}, check_vma=False)(geom, feats, ids, mine)
     back = jnp.argsort(idx)[:t]  # position of each real tile in the dealt order
     return jax.tree_util.tree_map(lambda x: jnp.take(x, back, axis=_tile_axis(x)), state)
 
@@ -133,4 +133,5 @@ def dealt_backward(backward, cfg, geom, feats, ids, tiles: Tiles, cot: PixelCota
 
     cot_spec = PixelCotangents(last=P(AXIS), T_final=P(AXIS), dC=P(None, AXIS), dA=P(AXIS))
     return jax.shard_map(walk, mesh=layout.tile_mesh(), in_specs=(P(), P(), P(), P(AXIS), cot_spec, P(None, AXIS)),
-                         out_specs=P(AXIS) if by_rows else P(), check_vma=False)(geom, feats, ids, mine, mine_cot, mine_b0)
+                         out_specs=P(AXIS) if by_rows else P(), axis_names={AXIS}, check_vma=False)(
+        geom, feats, ids, mine, mine_cot, mine_b0)

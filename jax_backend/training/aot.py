@@ -30,7 +30,7 @@ def lower_block(trainer: Trainer, num_steps: int, target=None):
     layout = trainer.layout.on(target)
     state = trainer.device_state
     placed = (_abstract_like(layout, trainer.device_data),
-              _abstract_like(layout, state, rows_to_split(trainer.opt.gaussians, state, layout.tile_devices)))
+              _abstract_like(layout, state, rows_to_split(trainer.opt.gaussians, trainer.state, layout.tile_devices)))
     return _lowered(trainer.make_block(num_steps, layout), layout, placed)
 
 

@@ -26,6 +26,17 @@ from .strategy import RefineInfo
 from .strategy.ops import grow_capacity, rows_to_split
 
 
+@jax.jit
+def alive_count(alive):
+    return jnp.sum(alive)
+
+
+@jax.jit
+def first_replica_nonfinite(params: dict, alive) -> dict:
+    """`nonfinite_rows` of the first replica of stacked arrays (a data-parallel state)."""
+    return nonfinite_rows(jax.tree_util.tree_map(lambda x: x[0], params), alive[0])
+
+
 class NonFiniteError(UserFacingError, FloatingPointError):
     """Training diverged: a loss or a Gaussian parameter became NaN or infinite. The message
     names the step and the arrays; the trainer keeps the state from before the block."""
@@ -42,15 +53,17 @@ def nonfinite_rows(params: dict, alive) -> dict:
 
 def per_replica(fn, layout: Layout):
     """`fn(data, state)` run by every replica of `layout` on its own slice of the leading replica
-    axis (`Layout.place` stacks one copy per replica), under `shard_map` over the replica mesh:
+    axis (`Layout.place` stacks one copy per replica), under `shard_map` over the layout's mesh:
     one program for every process's devices, whose collectives over REPLICA_AXIS span the hosts.
     Its outputs keep the replica axis."""
     def one(data, state):
         first = partial(jax.tree_util.tree_map, lambda x: x[0])
         return jax.tree_util.tree_map(lambda x: x[None], fn(first(data), first(state)))
 
-    return jax.shard_map(one, mesh=layout.replica_mesh(), in_specs=P(REPLICA_AXIS), out_specs=P(REPLICA_AXIS),
-                         check_vma=False)
+    # manual over the replicas only: inside, each replica's rows split over its tile devices are
+    # XLA's to partition (and `rendering.tile_parallel`'s own shard_map over TILE_AXIS)
+    return jax.shard_map(one, mesh=layout.mesh(), in_specs=P(REPLICA_AXIS), out_specs=P(REPLICA_AXIS),
+                         axis_names={REPLICA_AXIS}, check_vma=False)
 
 
 class Trainer:
@@ -229,12 +242,13 @@ class Trainer:
         """NonFiniteError naming the first step whose loss is not finite and the parameters with
         non-finite values, if any."""
         loss_ok = np.isfinite(metrics["loss"]).reshape(len(metrics["loss"]), -1).all(axis=1)
-        one = self.layout.one_copy(state) if self.layout.data_parallel else state
-        counts = {k: int(v) for k, v in jax.device_get(nonfinite_rows(one.gaussians.params, one.gaussians.alive)).items()}
+        g = state.gaussians
+        check = first_replica_nonfinite if self.layout.data_parallel else nonfinite_rows
+        counts = {k: int(v) for k, v in jax.device_get(check(g.params, g.alive)).items()}
         bad = {k: v for k, v in counts.items() if v}
         if loss_ok.all() and not bad:
             return
-        alive = int(jnp.sum(one.gaussians.alive))
+        alive = self._alive_count(state)
         arrays = ", ".join(f"{k} ({v} of {alive} Gaussians)" for k, v in bad.items())
         last = first + len(loss_ok) - 1
         if not loss_ok.all():
@@ -245,6 +259,11 @@ class Trainer:
             when = f"in steps {first}-{last}: non-finite parameters: {arrays}"
         raise NonFiniteError(f"training diverged {when} (a learning rate too high?); the run stops, keeping "
                              f"nothing of steps {first}-{last}")
+
+    def _alive_count(self, state) -> int:
+        """Live Gaussians of `state` as this trainer keeps it (counted where it lies)."""
+        alive = state.gaussians.alive
+        return int(alive_count(alive[0] if self.layout.data_parallel else alive))
 
     def _refine_again_with_room(self, info: RefineInfo, num_steps: int) -> RefineInfo:
         """Density control wanted more slots than there are: grow them, refine the same steps again."""
@@ -277,7 +296,7 @@ class Trainer:
         self._check_finite(state, metrics, first)  # raises, keeping the state from before the block
         self.device_state = state
         info = self._refine_again_with_room(info, num_steps)
-        metrics["num_alive"] = int(jnp.sum(self.layout.one_copy(self.device_state.gaussians.alive)))
+        metrics["num_alive"] = self._alive_count(self.device_state)
         self._log_budget(info)
         self.isect_capacity = isect_buffer.after_block(self.isect_capacity, int(metrics["num_intersections"].max()))
         return metrics, info
