@@ -6,9 +6,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def train_local(replicas=1, views=None):
+def train_local(replicas=1, views=None, tile_devices=1):
     """Train 3 blocks of 10 steps on `views` (default: all; "host": this host's share) of the
-    synthetic scene; returns the
+    synthetic scene, each replica's Gaussians split over `tile_devices`; returns the
     parameters and the global view index of every lane at every step."""
     import numpy as np
 
@@ -26,7 +26,7 @@ def train_local(replicas=1, views=None):
     cfg = TrainConfig(max_steps=200, steps_per_block=10, sh_degree=1, sh_degree_interval=10, strategy=strategy,
                       optim=OptimConfig().with_eps(1e-6))
     tr = Trainer(cfg, data, init_random(256, -1, 1, sh_degree=1, capacity=1024), scene_extent=1.5,
-                 layout=make_layout(replicas=replicas), log=lambda m: None)
+                 layout=make_layout(replicas=replicas, tile_devices=tile_devices), log=lambda m: None)
     views = []
     for _ in range(3):
         m, _ = tr.run_block()
@@ -36,16 +36,16 @@ def train_local(replicas=1, views=None):
                 **{k: np.asarray(v) for k, v in g.params.items()})
 
 
-def main(out_path):
+def main(out_path, tile_devices=1):
     from jax_backend import initialize_from_env
 
     initialize_from_env()
     import jax
     import numpy as np
 
-    out = train_local(replicas=len(jax.local_devices()), views="host")
+    out = train_local(replicas=len(jax.local_devices()) // tile_devices, views="host", tile_devices=tile_devices)
     np.savez(out_path, process=jax.process_index(), count=jax.process_count(), global_views=out.pop("views"), **out)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], *(int(a) for a in sys.argv[2:]))

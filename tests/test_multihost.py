@@ -33,11 +33,14 @@ def _run_together(commands, timeout=900) -> list:
     return outs
 
 
-def test_two_processes_end_identical_and_match_two_devices(tmp_path):
+@pytest.mark.parametrize("tile_devices", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_two_processes_end_identical_and_match_two_devices(tmp_path, tile_devices):
+    """One device per process; or (slow suite) two per process, each host's Gaussians split over
+    its two (a 2 x 2 mesh over the hosts: replicas across them, Gaussian shards within each)."""
     port = free_port()
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1",
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={tile_devices}",
                JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2")
-    _run_together([([sys.executable, HERE / "multihost_worker.py", tmp_path / f"p{i}.npz"],
+    _run_together([([sys.executable, HERE / "multihost_worker.py", tmp_path / f"p{i}.npz", tile_devices],
                     dict(env, JAX_PROCESS_ID=str(i))) for i in range(2)])
     a, b = (np.load(tmp_path / f"p{i}.npz") for i in range(2))
     assert int(a["count"]) == 2 and {int(a["process"]), int(b["process"])} == {0, 1}
