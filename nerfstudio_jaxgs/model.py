@@ -95,8 +95,10 @@ class JaxGSModelConfig(SplatfactoModelConfig):
     views_per_device: int = 1
     """Views each device renders per step (a batch; 1 = the 3DGS recipe)."""
     tile_devices: int = 0
-    """Each view's tiles are dealt over this many local devices, which render them side by side
-    (0 = automatic: on a CPU one host device per core, else 1; needs num-devices 1)."""
+    """The Gaussian shards: each view's tiles are dealt over this many local devices, which
+    render them side by side, and the Gaussians, their Adam moments and statistics are split over
+    them (a scene larger than one chip). 0 = automatic: on a CPU one host device per core, else 1.
+    With num-devices D: D replicas of this many devices each (num-devices x tile-devices devices)."""
     seed: int = 0
 
 
