@@ -162,7 +162,8 @@ def small_trainer(strategy: str = "default", corrections: bool = False, **strate
 
 def small_render_programs(n: int = 2000):
     """{"render": the eval / viewer render (RGB + expected depth, SH 3), "raster": forward +
-    backward of a render's sum}: (the function built for a layout, `fn(layout)`; float32
+    backward of a render's sum, "raster-fisheye": the same through a fisheye camera with its four
+    coefficients (an argument)}: (the function built for a layout, `fn(layout)`; float32
     arguments) from one of `small_cameras`."""
     import jax
     import jax.numpy as jnp
@@ -181,15 +182,18 @@ def small_render_programs(n: int = 2000):
             m, q, s, o, c, vm, K, width, height, sh_degree=3, render_mode="RGB+ED", isect_capacity=1 << 15,
             layout=layout)[:2]
 
-    def raster(layout):
-        def loss(m, q, s, o, c, vm, K):
+    def raster(layout, camera_model="pinhole"):
+        def loss(m, q, s, o, c, vm, K, distortion=None):
             img, alpha, _ = traced_rasterization(m, q, s, o, c, vm, K, width, height, sh_degree=3,
-                                                 isect_capacity=1 << 15, layout=layout)
+                                                 isect_capacity=1 << 15, layout=layout, camera_model=camera_model,
+                                                 distortion=distortion)
             return jnp.sum(img) + jnp.sum(alpha)
 
         return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))
 
-    return {"render": (render, args), "raster": (raster, args)}
+    kb4 = np.asarray([0.04, -0.012, 0.003, -0.0004], np.float32)
+    return {"render": (render, args), "raster": (raster, args),
+            "raster-fisheye": (lambda layout: raster(layout, "fisheye"), args + [kb4])}
 
 
 def seed_program(n: int = 100_000):

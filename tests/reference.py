@@ -39,39 +39,78 @@ def sh_color(coeffs, d, degree):
     return np.maximum(c + 0.5, 0.0)
 
 
-def project(means, quats, scales, viewmat, K, width, height, *, near_plane=0.01, eps2d=0.3):
+def camera_point(camera_model, p, K, distortion=None):
+    """Where a camera draws the camera-space point p = (x, y, z): its pixel (u, v), from the
+    models' definitions (pinhole; orthographic: u = fx x + cx; fisheye: OpenCV's / Kannala-Brandt's
+    equidistant model, theta = atan2(r, z), theta_d = theta (1 + k1 theta^2 + ... + k4 theta^8),
+    u = fx theta_d x / r + cx)."""
+    x, y, z = p
+    fx, fy, cx, cy = K[0, 0], K[1, 1], K[0, 2], K[1, 2]
+    if camera_model == "pinhole":
+        return np.array([fx * x / z + cx, fy * y / z + cy])
+    if camera_model == "ortho":
+        return np.array([fx * x + cx, fy * y + cy])
+    k1, k2, k3, k4 = (0.0,) * 4 if distortion is None else distortion
+    r = np.hypot(x, y)
+    theta = np.arctan2(r, z)
+    theta_d = theta * (1 + k1 * theta**2 + k2 * theta**4 + k3 * theta**6 + k4 * theta**8)
+    scale = theta_d / r if r > 0 else 1.0 / z
+    return np.array([fx * scale * x + cx, fy * scale * y + cy])
+
+
+def camera_jacobian(camera_model, p, K, distortion=None, h=1e-6):
+    """d(u, v)/d(x, y, z) of `camera_point` by central differences (a road of its own, not the
+    renderer's closed form): [2, 3]."""
+    step = h * max(1.0, float(np.linalg.norm(p)))
+    cols = []
+    for k in range(3):
+        e = np.zeros(3)
+        e[k] = step
+        cols.append((camera_point(camera_model, p + e, K, distortion) - camera_point(camera_model, p - e, K, distortion))
+                    / (2 * step))
+    return np.stack(cols, -1)
+
+
+def project(means, quats, scales, viewmat, K, width, height, *, near_plane=0.01, eps2d=0.3, camera_model="pinhole",
+            distortion=None):
     """EWA projection of every Gaussian, one at a time: means2d [N,2] (pixel centres at +0.5),
     cov2d [N,2,2] with the eps2d low-pass, view-space depths [N], in_front [N] (past the near plane;
-    the other entries of a Gaussian behind it are NaN)."""
+    the other entries of a Gaussian behind it are NaN). The pinhole's Jacobian is 3DGS's, at x/z and
+    y/z clamped to 1.3x the field of view; the other cameras' by differences (`camera_jacobian`)."""
     means, quats, scales = (np.asarray(a, np.float64) for a in (means, quats, scales))
     viewmat, K = np.asarray(viewmat, np.float64), np.asarray(K, np.float64)
+    distortion = None if distortion is None else [float(d) for d in distortion]
     R, t = viewmat[:3, :3], viewmat[:3, 3]
     fx, fy, cx, cy = K[0, 0], K[1, 1], K[0, 2], K[1, 2]
     n = len(means)
     out = dict(means2d=np.full((n, 2), np.nan), cov2d=np.full((n, 2, 2), np.nan), depths=np.full(n, np.nan),
                in_front=np.zeros(n, bool))
     for i in range(n):
-        x, y, z = R @ means[i] + t
+        pc = R @ means[i] + t
+        x, y, z = pc
         if z <= near_plane:
             continue
         M = rotmat(quats[i]) @ np.diag(scales[i])
         cov = R @ (M @ M.T) @ R.T
-        limx_p = (width - cx) / fx + 0.3 * 0.5 * width / fx
-        limx_n = cx / fx + 0.3 * 0.5 * width / fx
-        limy_p = (height - cy) / fy + 0.3 * 0.5 * height / fy
-        limy_n = cy / fy + 0.3 * 0.5 * height / fy
-        tx = z * min(limx_p, max(-limx_n, x / z))
-        ty = z * min(limy_p, max(-limy_n, y / z))
-        J = np.array([[fx / z, 0, -fx * tx / z**2], [0, fy / z, -fy * ty / z**2]])
+        if camera_model == "pinhole":
+            limx_p = (width - cx) / fx + 0.3 * 0.5 * width / fx
+            limx_n = cx / fx + 0.3 * 0.5 * width / fx
+            limy_p = (height - cy) / fy + 0.3 * 0.5 * height / fy
+            limy_n = cy / fy + 0.3 * 0.5 * height / fy
+            tx = z * min(limx_p, max(-limx_n, x / z))
+            ty = z * min(limy_p, max(-limy_n, y / z))
+            J = np.array([[fx / z, 0, -fx * tx / z**2], [0, fy / z, -fy * ty / z**2]])
+        else:
+            J = camera_jacobian(camera_model, pc, K, distortion)
         out["cov2d"][i] = J @ cov @ J.T + eps2d * np.eye(2)
-        out["means2d"][i] = fx * x / z + cx, fy * y / z + cy
+        out["means2d"][i] = camera_point(camera_model, pc, K, distortion)
         out["depths"][i], out["in_front"][i] = z, True
     return out
 
 
 def render(means, quats, scales, opacities, colors, viewmat, K, width, height, *, sh_degree=None,
            background=None, near_plane=0.01, eps2d=0.3, render_mode="RGB", means2d_offset=None,
-           rasterize_mode="classic", return_margin=False):
+           rasterize_mode="classic", return_margin=False, camera_model="pinhole", distortion=None):
     """One camera. Returns image [H,W,ch], alpha [H,W]. "antialiased": each opacity times
     sqrt(det(S) / det(S + eps2d I)) for the projected covariance S (Mip-Splatting).
 
@@ -85,7 +124,8 @@ def render(means, quats, scales, opacities, colors, viewmat, K, width, height, *
     campos = -R.T @ t
     ys, xs = np.mgrid[0:height, 0:width]
     px, py = xs + 0.5, ys + 0.5
-    proj = project(means, quats, scales, viewmat, K, width, height, near_plane=near_plane, eps2d=eps2d)
+    proj = project(means, quats, scales, viewmat, K, width, height, near_plane=near_plane, eps2d=eps2d,
+                   camera_model=camera_model, distortion=distortion)
     items = []
     for i in range(len(means)):
         if not proj["in_front"][i]:

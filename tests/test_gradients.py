@@ -29,17 +29,30 @@ def _loss_weights(seed=1):
     return rng.normal(size=(2, H, W, 4)), rng.normal(size=(2, H, W))
 
 
-def _ref_loss(p, vms, Ks, wimg, walpha, mode="classic"):
+CAMERAS = {"pinhole": None, "ortho": None, "fisheye": np.array([0.04, -0.012, 0.003, -0.0004])}  # model: distortion
+
+
+def _camera_intrinsics(Ks, model):
+    """The pinhole's intrinsics, or a fisheye's seeing 80 degrees at the sides, or an orthographic
+    camera's (pixels per scene unit) framing the scene."""
+    Ks = np.array(Ks)
+    if model != "pinhole":
+        Ks[:, 0, 0] = Ks[:, 1, 1] = 0.5 * W / 1.4 if model == "fisheye" else W / 3.0
+    return Ks
+
+
+def _ref_loss(p, vms, Ks, wimg, walpha, mode="classic", model="pinhole"):
     total = 0.0
     for c in range(len(vms)):
         img, alpha = reference.render(p["means"], p["quats"], p["scales"], p["opacities"], p["sh"], vms[c], Ks[c], W, H,
                                       sh_degree=2, background=p["background"], render_mode="RGB+D",
-                                      means2d_offset=p["probe"] if c == 0 else None, rasterize_mode=mode)
+                                      means2d_offset=p["probe"] if c == 0 else None, rasterize_mode=mode,
+                                      camera_model=model, distortion=CAMERAS[model])
         total += np.sum(img * wimg[c]) + np.sum(alpha * walpha[c])
     return total
 
 
-def _fd(p, vms, Ks, wimg, walpha, mode, eps=1e-6):
+def _fd(p, vms, Ks, wimg, walpha, mode, model, eps=1e-6):
     grads = {}
     for k, v in p.items():
         g = np.zeros_like(v)
@@ -48,29 +61,33 @@ def _fd(p, vms, Ks, wimg, walpha, mode, eps=1e-6):
             lo = {kk: vv.copy() for kk, vv in p.items()}
             hi[k][idx] += eps
             lo[k][idx] -= eps
-            g[idx] = (_ref_loss(hi, vms, Ks, wimg, walpha, mode) - _ref_loss(lo, vms, Ks, wimg, walpha, mode)) / (2 * eps)
+            g[idx] = (_ref_loss(hi, vms, Ks, wimg, walpha, mode, model)
+                      - _ref_loss(lo, vms, Ks, wimg, walpha, mode, model)) / (2 * eps)
         grads[k] = g
     return grads
 
 
-@pytest.fixture(scope="module", params=["classic", "antialiased"])
+@pytest.fixture(scope="module", params=[("classic", "pinhole"), ("antialiased", "pinhole"), ("classic", "fisheye"),
+                                        ("classic", "ortho")], ids=lambda c: "-".join(c))
 def fd_case(request):
+    mode, model = request.param
     p = _scene()
     vms, Ks = cameras(W, H, n=2, radius=3.0, seed=4)
+    Ks = _camera_intrinsics(Ks, model)
     wimg, walpha = _loss_weights()
-    return p, vms, Ks, wimg, walpha, request.param, _fd(p, vms, Ks, wimg, walpha, request.param)
+    return p, vms, Ks, wimg, walpha, mode, model, _fd(p, vms, Ks, wimg, walpha, mode, model)
 
 
 @pytest.mark.parametrize("rasterizer", ["flat", "standard", "pallas"])
 def test_gradients_match_finite_differences(fd_case, rasterizer):
-    p, vms, Ks, wimg, walpha, mode, fd = fd_case
+    p, vms, Ks, wimg, walpha, mode, model, fd = fd_case
 
     def loss(q):
         probe = jnp.stack([q["probe"], jnp.zeros_like(q["probe"])])  # probe only on camera 0
         img, alpha, meta = traced_rasterization(q["means"], q["quats"], q["scales"], q["opacities"], q["sh"], vms, Ks, W, H,
                                          sh_degree=2, backgrounds=jnp.stack([q["background"]] * 2), render_mode="RGB+D",
                                          rasterizer=rasterizer, means2d_probe=probe, isect_capacity=4096, options=RasterizerOptions(chunk=4),
-                                         rasterize_mode=mode)
+                                         rasterize_mode=mode, camera_model=model, distortion=CAMERAS[model])
         return jnp.sum(img * wimg) + jnp.sum(alpha[..., 0] * walpha), meta
 
     q = {k: jnp.asarray(v, jnp.float32) for k, v in p.items()}

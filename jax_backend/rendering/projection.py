@@ -107,6 +107,93 @@ def blend_form(c00, c01, c11, det):
     return jnp.stack([c11 / det, -c01 / c11, 1.0 / c11], -1)
 
 
+CAMERA_MODELS = ("pinhole", "ortho", "fisheye")
+FISHEYE_SERIES_BELOW = 0.05  # theta (radians) under which the fisheye Jacobian's curvature term is a series
+
+
+def _fisheye_curvature(theta, k):
+    """q(theta) = (theta_d'(theta) sin(theta) cos(theta) - theta_d(theta)) / sin(theta)^3 for
+    theta_d = theta (1 + k1 theta^2 + k2 theta^4 + k3 theta^6 + k4 theta^8).
+
+    q / rho^3 is the fisheye Jacobian's term in x^2, x y and y^2 (see `camera_projection`). The
+    quotient is O(theta^3) / O(theta^3) and cancels near the optical axis (float32 kept nothing of
+    it below theta = 3e-4), so there it is its series, (2 k1 - 2/3) + theta^2 (4 k2 - k1 - 1/5),
+    whose next term is O(theta^4): under 1e-5 below FISHEYE_SERIES_BELOW."""
+    k1, k2, k3, k4 = k
+    t2 = theta * theta
+    series = (2.0 * k1 - 2.0 / 3.0) + t2 * (4.0 * k2 - k1 - 0.2)
+    far = theta >= FISHEYE_SERIES_BELOW
+    ts = jnp.where(far, theta, 1.0)  # safe value where the series is used (no NaN in gradients)
+    t2s = ts * ts
+    d = ts * (1.0 + t2s * (k1 + t2s * (k2 + t2s * (k3 + t2s * k4))))
+    dd = 1.0 + t2s * (3.0 * k1 + t2s * (5.0 * k2 + t2s * (7.0 * k3 + t2s * 9.0 * k4)))
+    sin, cos = jnp.sin(ts), jnp.cos(ts)
+    return jnp.where(far, (dd * sin * cos - d) / (sin * sin * sin), series)
+
+
+def camera_projection(camera_model: str, x, y, z, K, width: int, height: int, distortion=None):
+    """Where a camera draws camera-space points (x, y, z) (planes [N], z > 0): pixel coordinates
+    (u, v) and the projection's Jacobian d(u, v)/d(x, y, z) at each, as planes [2][3] (a Python 0.0
+    where an entry is zero for every point; EWA's screen covariance is J Sigma J^T).
+
+    - "pinhole": u = fx x / z + cx, with 3DGS's guard: the Jacobian is taken at x/z, y/z clamped
+      to 1.3x the image's field of view, so Gaussians far off screen do not blow up.
+    - "ortho": u = fx x + cx, v = fy y + cy (gsplat's orthographic camera; K's focal lengths are
+      pixels per scene unit).
+    - "fisheye": the equidistant (Kannala-Brandt) model with `distortion` (k1, k2, k3, k4), OpenCV's
+      fisheye and nerfstudio's FISHEYE: theta = atan2(r, z) for r = |(x, y)|, theta_d = theta (1 +
+      k1 theta^2 + k2 theta^4 + k3 theta^6 + k4 theta^8), u = fx theta_d x / r + cx. Zero
+      coefficients are gsplat's equidistant fisheye. With s = theta_d / r and rho = |(x, y, z)|:
+      du/dx = fx (s + x^2 h), du/dy = fx x y h, du/dz = -fx x theta_d'(theta) / rho^2 (v alike),
+      h = q(theta) / rho^3 (`_fisheye_curvature`).
+    """
+    fx, fy, cx, cy = K[0, 0], K[1, 1], K[0, 2], K[1, 2]
+    if camera_model == "pinhole":
+        tan_fovx = 0.5 * width / fx
+        tan_fovy = 0.5 * height / fy
+        lim_x_pos = (width - cx) / fx + 0.3 * tan_fovx
+        lim_x_neg = cx / fx + 0.3 * tan_fovx
+        lim_y_pos = (height - cy) / fy + 0.3 * tan_fovy
+        lim_y_neg = cy / fy + 0.3 * tan_fovy
+        tx = z * jnp.clip(x / z, -lim_x_neg, lim_x_pos)
+        ty = z * jnp.clip(y / z, -lim_y_neg, lim_y_pos)
+        J = [[fx / z, 0.0, -fx * tx / (z * z)], [0.0, fy / z, -fy * ty / (z * z)]]
+        return (fx * x / z + cx, fy * y / z + cy), J
+    if camera_model == "ortho":
+        return (fx * x + cx, fy * y + cy), [[fx, 0.0, 0.0], [0.0, fy, 0.0]]
+    if camera_model != "fisheye":
+        raise ValueError(f"camera_model must be one of {CAMERA_MODELS}, got {camera_model!r}")
+    k = (0.0, 0.0, 0.0, 0.0) if distortion is None else tuple(distortion[i] for i in range(4))
+    r2 = x * x + y * y
+    r = jnp.sqrt(r2 + 1e-30)  # > 0: no NaN in the gradient on the optical axis
+    rho2 = r2 + z * z
+    rho = jnp.sqrt(rho2)
+    theta = jnp.arctan2(r, z)
+    t2 = theta * theta
+    k1, k2, k3, k4 = k
+    poly = 1.0 + t2 * (k1 + t2 * (k2 + t2 * (k3 + t2 * k4)))  # theta_d / theta
+    dpoly = 1.0 + t2 * (3.0 * k1 + t2 * (5.0 * k2 + t2 * (7.0 * k3 + t2 * 9.0 * k4)))  # theta_d'
+    sin = jnp.sin(theta)
+    theta_over_sin = jnp.where(theta > 1e-4, theta / jnp.where(theta > 1e-4, sin, 1.0), 1.0 + t2 / 6.0)
+    s = poly * theta_over_sin / rho  # theta_d / r
+    h = _fisheye_curvature(theta, k) / (rho2 * rho)
+    dz = -dpoly / rho2
+    J = [[fx * (s + x * x * h), fx * x * y * h, fx * x * dz], [fy * x * y * h, fy * (s + y * y * h), fy * y * dz]]
+    return (fx * s * x + cx, fy * s * y + cy), J
+
+
+def _times_rotation(J, R):
+    """J R for J planes [2][3] (literal zeros skipped) and R a [3, 3] array: planes [2][3]."""
+    def entry(a, k):
+        terms = [J[a][i] * R[i, k] for i in range(3) if not (isinstance(J[a][i], float) and J[a][i] == 0.0)]
+        total = terms[0]
+        for t in terms[1:]:
+            total = total + t
+        return total
+
+    return [[entry(a, k) for k in range(3)] for a in range(2)]
+
+
 def project_gaussians(
     means: jnp.ndarray,
     quats: jnp.ndarray,
@@ -119,8 +206,13 @@ def project_gaussians(
     near_plane: float = 0.01,
     eps2d: float = 0.3,
     rasterize_mode: str = "classic",
+    camera_model: str = "pinhole",
+    distortion=None,
 ) -> Projected:
-    """EWA projection with the tan-fov guard of 3DGS/gsplat, the eps2d low-pass and near culling.
+    """EWA projection with the eps2d low-pass and near culling, for a pinhole camera (with the
+    tan-fov guard of 3DGS/gsplat), an orthographic one or a fisheye with its coefficients
+    `distortion` [4] (`camera_projection`): each Gaussian's screen covariance is the projection's
+    Jacobian at its mean, J Sigma J^T, and its box and tiles follow from that covariance.
 
     `rasterize_mode="antialiased"` (Mip-Splatting's 2D filter, gsplat's name): the low-pass keeps
     each Gaussian's total weight instead of widening it, o' = o sqrt(det(S) / det(S + eps2d I))
@@ -138,21 +230,9 @@ def project_gaussians(
     in_front = z > near_plane
     zs = jnp.where(in_front, z, 1.0)  # safe value for culled Gaussians (no NaN in gradients)
 
-    fx, fy, cx, cy = K[0, 0], K[1, 1], K[0, 2], K[1, 2]
-    tan_fovx = 0.5 * width / fx
-    tan_fovy = 0.5 * height / fy
-    lim_x_pos = (width - cx) / fx + 0.3 * tan_fovx
-    lim_x_neg = cx / fx + 0.3 * tan_fovx
-    lim_y_pos = (height - cy) / fy + 0.3 * tan_fovy
-    lim_y_neg = cy / fy + 0.3 * tan_fovy
-    tx = zs * jnp.clip(x / zs, -lim_x_neg, lim_x_pos)
-    ty = zs * jnp.clip(y / zs, -lim_y_neg, lim_y_pos)
-    # the Jacobian J [2,3] = [[fx/z, 0, -fx tx/z^2], [0, fy/z, -fy ty/z^2]] times the view rotation:
+    (u, v), J = camera_projection(camera_model, x, y, zs, K, width, height, distortion)
     # cov2d = J R Sigma R^T J^T = V V^T with V = J R M, M = rotation x scales (Sigma = M M^T)
-    j0 = (fx / zs, -fx * tx / (zs * zs))  # row 0's non-zero entries (columns 0 and 2)
-    j1 = (fy / zs, -fy * ty / (zs * zs))  # row 1's (columns 1 and 2)
-    W = [[j0[0] * R[0, k] + j0[1] * R[2, k] for k in range(3)],
-         [j1[0] * R[1, k] + j1[1] * R[2, k] for k in range(3)]]  # J R, planes [2][3]
+    W = _times_rotation(J, R)  # J R, planes [2][3]
     rot = rotmat_planes(quats)
     sxyz = columns(scales)
     M = [[rot[k][j] * sxyz[j] for j in range(3)] for k in range(3)]
@@ -167,7 +247,7 @@ def project_gaussians(
     dets = jnp.where(det_ok, det, 1.0)
     conics = jnp.stack([c11 / dets, -c01 / dets, c00 / dets], -1)
     quad = blend_form(c00, c01, c11, dets)
-    means2d = jnp.stack([fx * x / zs + cx, fy * y / zs + cy], -1)
+    means2d = jnp.stack([u, v], -1)
     if rasterize_mode == "antialiased":
         ratio = jnp.where(det_ok & (det_raw > 0), det_raw / dets, 1.0)  # safe inside the sqrt
         opacities = jnp.where(det_ok & (det_raw > 0), opacities * jnp.sqrt(ratio), 0.0)

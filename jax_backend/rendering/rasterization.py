@@ -20,7 +20,7 @@ import numpy as np
 from .isect_buffer import after_overflow, size_for
 from .binning import bin_gaussians, tile_rect
 from .composite import CompositeConfig, RasterizerOptions, composite, resolve_rasterizer
-from .projection import RASTERIZE_MODES, project_gaussians
+from .projection import CAMERA_MODELS, RASTERIZE_MODES, project_gaussians
 from .sh import sh_to_color
 from ..layout import Layout, local_layout
 from .tile_parallel import gathered
@@ -41,18 +41,22 @@ class RenderConfig(NamedTuple):
     eps2d: float
     use_sh: bool  # colours are SH coefficients
     isect_capacity: int  # the intersection buffer's size
+    camera_model: str = "pinhole"  # projection.CAMERA_MODELS
 
 
 def render_config(width: int, height: int, *, tile_size: int = 16, render_mode: str = "RGB",
                   rasterize_mode: str = "classic", rasterizer: str = "auto", options: Optional[RasterizerOptions] = None,
                   absgrad: bool = False, layout: Optional[Layout] = None, near_plane: float = 0.01,
-                  eps2d: float = 0.3, use_sh: bool = False, isect_capacity: int = 1) -> RenderConfig:
+                  eps2d: float = 0.3, use_sh: bool = False, isect_capacity: int = 1,
+                  camera_model: str = "pinhole") -> RenderConfig:
     """A `RenderConfig` from `rasterization`'s static arguments (`layout` None: `local_layout`);
     ValueError naming a bad one."""
     if render_mode not in RENDER_MODES:
         raise ValueError(f"render_mode must be one of {RENDER_MODES}, got {render_mode!r}")
     if rasterize_mode not in RASTERIZE_MODES:
         raise ValueError(f"rasterize_mode must be one of {RASTERIZE_MODES}, got {rasterize_mode!r}")
+    if camera_model not in CAMERA_MODELS:
+        raise ValueError(f"camera_model must be one of {CAMERA_MODELS}, got {camera_model!r}")
     width, height = int(width), int(height)
     if width <= 0 or height <= 0:
         raise ValueError(f"width and height must be positive, got {width}x{height}")
@@ -63,10 +67,11 @@ def render_config(width: int, height: int, *, tile_size: int = 16, render_mode: 
     grid = TileGrid(width, height, int(tile_size))
     layout = (layout if layout is not None else local_layout()).for_rendering()
     return RenderConfig(CompositeConfig(grid, resolve_rasterizer(rasterizer, layout.platform), o, bool(absgrad), layout),
-                        render_mode, rasterize_mode, float(near_plane), float(eps2d), bool(use_sh), int(isect_capacity))
+                        render_mode, rasterize_mode, float(near_plane), float(eps2d), bool(use_sh), int(isect_capacity),
+                        camera_model)
 
 
-def _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degree, backgrounds):
+def _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degree, backgrounds, distortion):
     n = means.shape[0] if means.ndim == 2 else -1
     if means.ndim != 2 or means.shape[1] != 3:
         raise ValueError(f"means must be [N,3], got {means.shape}")
@@ -85,12 +90,16 @@ def _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degr
         raise ValueError(f"with sh_degree, colors must be SH coefficients [N,K,3], K in 1,4,9,16; got {colors.shape}")
     if backgrounds is not None and (backgrounds.ndim != 2 or backgrounds.shape[0] != c):
         raise ValueError(f"backgrounds must be [C,D], got {backgrounds.shape}")
+    if distortion.shape != (c, 4):
+        raise ValueError(f"distortion must be the fisheye's (k1, k2, k3, k4): [4] or [C,4] for C={c}, got "
+                         f"{distortion.shape}")
 
 
-def _render_one(rc: RenderConfig, means, quats, scales, opacities, colors, viewmat, K, background, probe, sh_degree):
+def _render_one(rc: RenderConfig, means, quats, scales, opacities, colors, viewmat, K, distortion, background, probe,
+                sh_degree):
     cfg, grid, render_mode = rc.composite, rc.composite.grid, rc.render_mode
     proj = project_gaussians(means, quats, scales, opacities, viewmat, K, grid.width, grid.height, rc.near_plane,
-                             rc.eps2d, rc.rasterize_mode)
+                             rc.eps2d, rc.rasterize_mode, rc.camera_model, distortion)
     if rc.use_sh:
         campos = -jnp.sum(viewmat[:3, :3] * viewmat[:3, 3:], 0)  # -R^T t, elementwise (float32 everywhere)
         colors = sh_to_color(colors, means - campos, active_degree=sh_degree)
@@ -129,48 +138,58 @@ def _render_one(rc: RenderConfig, means, quats, scales, opacities, colors, viewm
 
 
 @partial(jax.jit, static_argnums=(0,))
-def _rasterize_jit(rc: RenderConfig, means, quats, scales, opacities, colors, viewmats, Ks, backgrounds, probe,
-                   sh_degree):
+def _rasterize_jit(rc: RenderConfig, means, quats, scales, opacities, colors, viewmats, Ks, distortions, backgrounds,
+                   probe, sh_degree):
     """Cameras one after another (`lax.map`), not vmapped: a vmapped while loop would run every
     camera to the longest one and select over whole carries at each step."""
     per_camera_colors = not rc.use_sh and colors.ndim == 3
     fn = partial(_render_one, rc, means, quats, scales, opacities)
 
     def one(xs):
-        col, vm, K, bg, pr = xs
-        return fn(col if per_camera_colors else colors, vm, K, bg, pr, sh_degree)
+        col, vm, K, dist, bg, pr = xs
+        return fn(col if per_camera_colors else colors, vm, K, dist, bg, pr, sh_degree)
 
-    xs = (colors if per_camera_colors else None, viewmats, Ks, backgrounds, probe)
+    xs = (colors if per_camera_colors else None, viewmats, Ks, distortions, backgrounds, probe)
     if viewmats.shape[0] == 1:
         out = one(jax.tree_util.tree_map(lambda x: x[0], xs))
         return jax.tree_util.tree_map(lambda x: x[None], out)
     return jax.lax.map(one, xs)
 
 
-@partial(jax.jit, static_argnums=(6, 7, 8, 9, 10, 11))
-def _count_jit(means, quats, scales, opacities, viewmats, Ks, width, height, tile_size, near_plane, eps2d,
-               rasterize_mode):
+@partial(jax.jit, static_argnums=(7, 8, 9, 10, 11, 12, 13))
+def _count_jit(means, quats, scales, opacities, viewmats, Ks, distortions, width, height, tile_size, near_plane, eps2d,
+               rasterize_mode, camera_model):
     grid = TileGrid(width, height, tile_size)
 
     def one(cam):
-        vm, K = cam
+        vm, K, dist = cam
         proj = project_gaussians(means, quats, scales, opacities, vm, K, width, height, near_plane, eps2d,
-                                 rasterize_mode)
+                                 rasterize_mode, camera_model, dist)
         _, n_xy = tile_rect(proj, grid)
         return jnp.sum(n_xy[:, 0] * n_xy[:, 1])
 
-    return jax.lax.map(one, (viewmats, Ks))
+    return jax.lax.map(one, (viewmats, Ks, distortions))
+
+
+def camera_distortions(distortion, cameras: int) -> jnp.ndarray:
+    """`distortion` as [C, 4] float32 (None: zeros; [4]: the same for every camera)."""
+    if distortion is None:
+        return jnp.zeros((cameras, 4), jnp.float32)
+    d = jnp.asarray(distortion, jnp.float32)
+    return jnp.broadcast_to(d, (cameras, 4)) if d.shape == (4,) else d
 
 
 def count_intersections(means, quats, scales, opacities, viewmats, Ks, width: int, height: int, *,
                         near_plane: float = 0.01, eps2d: float = 0.3, rasterize_mode: str = "classic",
-                        tile_size: int = 16) -> np.ndarray:
+                        tile_size: int = 16, camera_model: str = "pinhole", distortion=None) -> np.ndarray:
     """The (Gaussian, tile) intersections each camera's render needs: the intersection buffer
     `rasterization` must have for it, without rendering (projection and tile boxes only). Inputs
     as `rasterization`'s; returns int64 [C]."""
+    if camera_model not in CAMERA_MODELS:
+        raise ValueError(f"camera_model must be one of {CAMERA_MODELS}, got {camera_model!r}")
     arrays = [jnp.asarray(x, jnp.float32) for x in (means, quats, scales, opacities, viewmats, Ks)]
-    counts = _count_jit(*arrays, int(width), int(height), int(tile_size), float(near_plane), float(eps2d),
-                        rasterize_mode)
+    counts = _count_jit(*arrays, camera_distortions(distortion, arrays[4].shape[0]), int(width), int(height),
+                        int(tile_size), float(near_plane), float(eps2d), rasterize_mode, camera_model)
     return np.asarray(counts, np.int64)
 
 
@@ -191,6 +210,10 @@ _ARGS_DOC = """
       render_mode: "RGB", "D" (accumulated depth), "ED" (expected depth), "RGB+D", "RGB+ED".
       rasterize_mode: "classic" (3DGS) or "antialiased" (Mip-Splatting's 2D filter with opacity
         compensation, o * sqrt(det(S) / det(S + eps2d I)), as gsplat's; `projection.py`).
+      camera_model: "pinhole", "ortho" (gsplat's orthographic camera: u = fx x + cx) or "fisheye"
+        (equidistant Kannala-Brandt, OpenCV's fisheye model; `projection.camera_projection`).
+      distortion: the fisheye's coefficients (k1, k2, k3, k4), [4] or [C, 4] (default zeros:
+        gsplat's equidistant fisheye); only "fisheye" reads them.
       rasterizer: "flat", "standard" or "pallas" (`composite.RASTERIZERS`), or "auto": "pallas"
         when the program is built for a GPU, "flat" elsewhere (`composite.resolve_rasterizer`).
       tile_size: tile edge in pixels.
@@ -212,7 +235,7 @@ _ARGS_DOC = """
 
 def _prepared(means, quats, scales, opacities, colors, viewmats, Ks, width, height, sh_degree, backgrounds,
               near_plane, eps2d, render_mode, rasterize_mode, rasterizer, tile_size, isect_capacity, means2d_probe,
-              absgrad, options, layout, zeros):
+              absgrad, options, layout, zeros, camera_model, distortion):
     """The checked `RenderConfig` and the arrays `_rasterize_jit` takes (the probe made by `zeros`
     when none is given)."""
     means, quats, scales, opacities, colors, viewmats, Ks = (
@@ -220,22 +243,25 @@ def _prepared(means, quats, scales, opacities, colors, viewmats, Ks, width, heig
     )
     if backgrounds is not None:
         backgrounds = jnp.asarray(backgrounds, jnp.float32)
-    _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degree, backgrounds)
+    distortions = camera_distortions(distortion, viewmats.shape[0] if viewmats.ndim == 3 else 1)
+    _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degree, backgrounds, distortions)
     use_sh = sh_degree is not None
     rc = render_config(width, height, tile_size=tile_size, render_mode=render_mode, rasterize_mode=rasterize_mode,
                        rasterizer=rasterizer, options=options, absgrad=absgrad, layout=layout,
-                       near_plane=near_plane, eps2d=eps2d, use_sh=use_sh, isect_capacity=int(isect_capacity or 1))
+                       near_plane=near_plane, eps2d=eps2d, use_sh=use_sh, isect_capacity=int(isect_capacity or 1),
+                       camera_model=camera_model)
     if means2d_probe is None:
         means2d_probe = zeros((viewmats.shape[0], means.shape[0], 2), np.float32)
     degree = jnp.asarray(sh_degree if use_sh else 0, jnp.int32)
-    return rc, (means, quats, scales, opacities, colors, viewmats, Ks, backgrounds, means2d_probe, degree)
+    return rc, (means, quats, scales, opacities, colors, viewmats, Ks, distortions, backgrounds, means2d_probe, degree)
 
 
 def traced_rasterization(means, quats, scales, opacities, colors, viewmats, Ks, width: int, height: int, *,
                          isect_capacity: int, sh_degree=None, backgrounds=None, near_plane: float = 0.01,
                          eps2d: float = 0.3, render_mode: str = "RGB", rasterize_mode: str = "classic",
                          rasterizer: str = "auto", tile_size: int = 16, means2d_probe=None, absgrad: bool = False,
-                         options: Optional[RasterizerOptions] = None, layout: Optional[Layout] = None):
+                         options: Optional[RasterizerOptions] = None, layout: Optional[Layout] = None,
+                         camera_model: str = "pinhole", distortion=None):
     """Render C cameras inside a program (under `jit`, `grad`, `vmap`, a training step), as gsplat's
     `rasterization`. The intersection buffer is a static size the caller keeps: `meta["overflow"]`
     says where it was too small (those images left out the farthest intersections), and the caller
@@ -246,7 +272,7 @@ def traced_rasterization(means, quats, scales, opacities, colors, viewmats, Ks, 
                          f"{isect_capacity!r}: `count_intersections` says what cameras need")
     rc, arrays = _prepared(means, quats, scales, opacities, colors, viewmats, Ks, width, height, sh_degree,
                            backgrounds, near_plane, eps2d, render_mode, rasterize_mode, rasterizer, tile_size,
-                           isect_capacity, means2d_probe, absgrad, options, layout, jnp.zeros)
+                           isect_capacity, means2d_probe, absgrad, options, layout, jnp.zeros, camera_model, distortion)
     return _rasterize_jit(rc, *arrays)
 
 
@@ -254,7 +280,8 @@ def rasterization(means, quats, scales, opacities, colors, viewmats, Ks, width: 
                   backgrounds=None, near_plane: float = 0.01, eps2d: float = 0.3, render_mode: str = "RGB",
                   rasterize_mode: str = "classic", rasterizer: str = "auto", tile_size: int = 16,
                   isect_capacity: Optional[int] = None, means2d_probe=None, absgrad: bool = False,
-                  options: Optional[RasterizerOptions] = None, layout: Optional[Layout] = None):
+                  options: Optional[RasterizerOptions] = None, layout: Optional[Layout] = None,
+                  camera_model: str = "pinhole", distortion=None):
     """Render C cameras, as gsplat's `rasterization`, called eagerly: the intersection buffer is
     what `count_intersections` says the cameras need (bucketed) unless `isect_capacity` is given,
     and a buffer too small is grown (`isect_buffer.after_overflow`) and the frames rendered again,
@@ -262,12 +289,13 @@ def rasterization(means, quats, scales, opacities, colors, viewmats, Ks, width: 
     """
     rc, arrays = _prepared(means, quats, scales, opacities, colors, viewmats, Ks, width, height, sh_degree,
                            backgrounds, near_plane, eps2d, render_mode, rasterize_mode, rasterizer, tile_size,
-                           isect_capacity, means2d_probe, absgrad, options, layout, np.zeros)
+                           isect_capacity, means2d_probe, absgrad, options, layout, np.zeros, camera_model, distortion)
     try:
         if isect_capacity is None:  # what these cameras need
             counts = count_intersections(*arrays[:4], arrays[5], arrays[6], rc.composite.grid.width,
                                          rc.composite.grid.height, near_plane=near_plane, eps2d=eps2d,
-                                         rasterize_mode=rasterize_mode, tile_size=tile_size)
+                                         rasterize_mode=rasterize_mode, tile_size=tile_size,
+                                         camera_model=camera_model, distortion=arrays[7])
             rc = rc._replace(isect_capacity=size_for(max(int(counts.max()), 1)))
         # the inputs go where the dealt program runs (a trainer's state is on one device)
         arrays = rc.composite.layout.place(arrays)
