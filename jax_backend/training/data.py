@@ -18,6 +18,7 @@ class Dataset(NamedTuple):
     masks: jnp.ndarray  # [V, H, W] bool
     viewmats: jnp.ndarray  # [V, 4, 4] world-to-camera, OpenCV axes
     Ks: jnp.ndarray  # [V, 3, 3]
+    distortions: jnp.ndarray  # [V, 4] a fisheye's k1-k4 (`TrainConfig.camera_model`; zeros otherwise)
 
     @property
     def num_views(self) -> int:
@@ -36,7 +37,7 @@ def _opaque(im):
     return 255 if im.dtype == np.uint8 else 1.0
 
 
-def make_dataset(images, viewmats, Ks, masks=None) -> Dataset:
+def make_dataset(images, viewmats, Ks, masks=None, distortions=None) -> Dataset:
     """Pad the views to one size and put them on the device.
 
     Args:
@@ -44,6 +45,8 @@ def make_dataset(images, viewmats, Ks, masks=None) -> Dataset:
         When some have an alpha channel and some do not, those without are opaque.
       viewmats: [V, 4, 4] world-to-camera (OpenCV axes); Ks: [V, 3, 3].
       masks: optional list of [H_i, W_i] bool, the pixels to train on.
+      distortions: optional [V, 4], each view's fisheye coefficients k1-k4 (the cameras drawn as
+        `TrainConfig.camera_model` "fisheye"; default zeros).
 
     Returns:
       `Dataset` (padding pixels are masked out).
@@ -69,7 +72,11 @@ def make_dataset(images, viewmats, Ks, masks=None) -> Dataset:
     viewmats, Ks = np.asarray(viewmats, np.float32), np.asarray(Ks, np.float32)
     if viewmats.shape != (V, 4, 4) or Ks.shape != (V, 3, 3):
         raise ValueError(f"need viewmats [V,4,4] and Ks [V,3,3] for V={V}, got {viewmats.shape}, {Ks.shape}")
-    return Dataset(jnp.asarray(out), jnp.asarray(valid), jnp.asarray(viewmats), jnp.asarray(Ks))
+    distortions = np.zeros((V, 4), np.float32) if distortions is None else np.asarray(distortions, np.float32)
+    if distortions.shape != (V, 4):
+        raise ValueError(f"need distortions [V,4] (k1-k4 of each view) for V={V}, got {distortions.shape}")
+    return Dataset(jnp.asarray(out), jnp.asarray(valid), jnp.asarray(viewmats), jnp.asarray(Ks),
+                   jnp.asarray(distortions))
 
 
 @dataclass(frozen=True)

@@ -10,19 +10,23 @@ from .loss import psnr
 from .trainer import Trainer
 
 
-def render(trainer: Trainer, viewmat, K, width: int, height: int, background=None, render_mode: str = "RGB+ED"):
+def render(trainer: Trainer, viewmat, K, width: int, height: int, background=None, render_mode: str = "RGB+ED",
+           distortion=None):
     """The trainer's current Gaussians from one camera at the current SH degree, as training draws
-    them (its rasterizer, mode and layout; `render_gaussians`)."""
+    them (its rasterizer, mode, camera model and layout; `render_gaussians`; `distortion`: a
+    fisheye's k1-k4)."""
     return render_gaussians(trainer.gaussians, viewmat, K, width, height, sh_degree=trainer.sh_degree,
                             background=background, render_mode=render_mode, rasterizer=trainer.cfg.rasterizer,
-                            rasterize_mode=trainer.cfg.rasterize_mode, layout=trainer.layout)
+                            rasterize_mode=trainer.cfg.rasterize_mode, layout=trainer.layout,
+                            camera_model=trainer.cfg.camera_model, distortion=distortion)
 
 
-def heldout_psnr(trainer: Trainer, images, viewmats, Ks) -> float:
+def heldout_psnr(trainer: Trainer, images, viewmats, Ks, distortions=None) -> float:
     """Mean PSNR of the trainer's current Gaussians against uint8 images [H,W,3] seen from the
-    given cameras."""
+    given cameras (`distortions` [V,4]: fisheyes' k1-k4, drawn with the trainer's camera model)."""
     vals = []
-    for im, vm, K in zip(images, viewmats, Ks):
-        image, _ = render(trainer, vm, K, im.shape[1], im.shape[0], render_mode="RGB")
+    distortions = [None] * len(images) if distortions is None else distortions
+    for im, vm, K, dist in zip(images, viewmats, Ks, distortions):
+        image, _ = render(trainer, vm, K, im.shape[1], im.shape[0], render_mode="RGB", distortion=dist)
         vals.append(float(psnr(jnp.clip(image, 0.0, 1.0), jnp.asarray(im[..., :3], jnp.float32) / 255.0)))
     return float(np.mean(vals))

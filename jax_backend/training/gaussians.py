@@ -66,7 +66,7 @@ def alive_first(gaussians: Gaussians):
 
 def render_gaussians(gaussians: Gaussians, viewmat, K, width: int, height: int, *, sh_degree, background=None,
                      render_mode: str = "RGB+ED", rasterizer: str = "auto", rasterize_mode: str = "classic", keep=None,
-                     layout=None):
+                     layout=None, camera_model: str = "pinhole", distortion=None):
     """Render the alive Gaussians from one camera (eagerly: the intersection buffer grows as needed).
 
     Args:
@@ -81,6 +81,7 @@ def render_gaussians(gaussians: Gaussians, viewmat, K, width: int, height: int, 
       keep: optional [capacity] bool, Gaussians to render (others get opacity 0; e.g. a crop box).
       layout: the devices it renders on (`layout.Layout`, as `rasterization`: its tile devices
         deal the image's tiles; default: one device of this process).
+      camera_model, distortion: the camera's model and a fisheye's k1-k4 [4] (as `rasterization`).
 
     Returns:
       (features [H, W, ch] (RGB, then depth for "+D"/"+ED" modes), alpha [H, W, 1]), numpy arrays.
@@ -91,7 +92,8 @@ def render_gaussians(gaussians: Gaussians, viewmat, K, width: int, height: int, 
     colors, alpha, _ = rasterization(means, quats, scales, opacities, sh, np.asarray(viewmat, np.float32)[None],
                                      np.asarray(K, np.float32)[None], width, height, sh_degree=sh_degree,
                                      backgrounds=bg, render_mode=render_mode, rasterizer=rasterizer,
-                                     rasterize_mode=rasterize_mode, layout=layout)
+                                     rasterize_mode=rasterize_mode, layout=layout, camera_model=camera_model,
+                                     distortion=distortion)
     return np.asarray(colors)[0], np.asarray(alpha)[0]  # on the host: no program per image size for the indexing
 
 

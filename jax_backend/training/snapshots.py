@@ -22,7 +22,8 @@ class Snapshots:
     Args:
       out_dir: folder for the files.
       every: steps between snapshots (<= 0: never).
-      camera: (viewmat [4,4], K [3,3], width, height) of the preview, e.g. a held-out view; None:
+      camera: (viewmat [4,4], K [3,3], width, height[, distortion [4]]) of the preview, e.g. a
+        held-out view (drawn with the trainer's camera model; distortion: a fisheye's k1-k4); None:
         the trainer's training view 0.
       background: [3] colour behind the preview's Gaussians (black when None).
     """
@@ -38,10 +39,12 @@ class Snapshots:
         self._last = trainer.step
         if self.camera is None:
             d = trainer.data
-            camera = (d.viewmats[0], d.Ks[0], d.width, d.height)
+            camera = (d.viewmats[0], d.Ks[0], d.width, d.height, d.distortions[0])
         else:
             camera = self.camera
-        preview, _ = evaluation.render(trainer, *camera, background=self.background, render_mode="RGB")
+        viewmat, K, width, height, *distortion = camera
+        preview, _ = evaluation.render(trainer, viewmat, K, width, height, background=self.background, render_mode="RGB",
+                                       distortion=distortion[0] if distortion else None)
         g = trainer.gaussians
         self.writer.submit(_write_snapshot, self.out_dir, trainer.step, g.params, g.alive, preview)
 

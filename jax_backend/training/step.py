@@ -35,6 +35,7 @@ class TrainConfig:
     steps_per_block: int = 100
     rasterizer: str = "auto"  # `rendering.composite.resolve_rasterizer`: pallas on a GPU, else flat
     rasterize_mode: str = "classic"  # or "antialiased" (`rendering.projection`)
+    camera_model: str = "pinhole"  # how the training views' cameras draw ("fisheye": with Dataset.distortions)
     sh_degree: int = 3
     sh_degree_interval: int = 1000  # one more SH band every this many steps
     background: Union[str, Tuple[float, float, float]] = "black"  # "black" | "white" | "random" | (r, g, b)
@@ -155,7 +156,7 @@ def train_step(cfg: TrainConfig, opt: Optimizers, layout: Layout, isect_capacity
             *activated(params, g.alive), viewmats, Ks, width, height, backgrounds=bgs,
             sh_degree=sh_degree_at(state.step, cfg.sh_degree_interval, cfg.sh_degree), rasterizer=cfg.rasterizer,
             rasterize_mode=cfg.rasterize_mode, isect_capacity=isect_capacity, means2d_probe=probe, absgrad=strategy.absgrad,
-            layout=layout)
+            layout=layout, camera_model=cfg.camera_model, distortion=data.distortions[views])
         renders = corrected_renders(fixes, learned, views, renders)
         per_view = jax.vmap(photometric_loss, in_axes=(0, 0, 0, None))(renders, targets, masks, cfg.ssim_lambda)
         loss = jnp.mean(per_view) + regularization(cfg, params, g.alive, state.step) + penalties(fixes, learned)

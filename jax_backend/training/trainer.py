@@ -182,7 +182,8 @@ class Trainer:
         Ks, width, height = downscaled_cameras(self.data.Ks, self.data.width, self.data.height,
                                                self.cfg.downscale_at(self.step))
         counts = count_intersections(means, quats, scales, opacities, self.training_viewmats(), Ks, width, height,
-                                     rasterize_mode=self.cfg.rasterize_mode)
+                                     rasterize_mode=self.cfg.rasterize_mode, camera_model=self.cfg.camera_model,
+                                     distortion=self.data.distortions)
         return isect_buffer.ahead(counts)
 
     def size_buffer_ahead(self):
