@@ -1,43 +1,98 @@
 """nerfstudio's cameras as jax-gs draws them: the conversion to OpenCV world-to-camera matrices and
-intrinsics, and which camera kinds the rasterizers can draw (with the one line saying why not)."""
+intrinsics, which camera model each draws with (a fisheye natively, or as nerfstudio's undistorted
+pinhole: `--pipeline.model.fisheye`), and which camera kinds the rasterizers cannot draw (with the
+one line saying why)."""
 from __future__ import annotations
 
 import numpy as np
-import torch
+
+
+def _kind(cameras, index: int):
+    from nerfstudio.cameras.cameras import CameraType
+
+    return CameraType(int(cameras.camera_type.reshape(-1)[index]))
+
+
+def _coefficients(cameras, index: int) -> np.ndarray:
+    """Camera `index`'s nerfstudio distortion parameters (zeros when it has none)."""
+    dist = cameras.distortion_params
+    if dist is None:
+        return np.zeros(6, np.float32)
+    return dist.reshape(-1, dist.shape[-1])[index].detach().cpu().numpy().astype(np.float32)
+
+
+def drawn_natively(cameras, index: int, fisheye: str) -> bool:
+    """Whether camera `index` is a fisheye that jax-gs draws as one (the rasterizers'
+    `camera_model="fisheye"`, its k1-k4), rather than as nerfstudio's undistorted pinhole.
+
+    `fisheye`: the `--pipeline.model.fisheye` setting. A FISHEYE camera (OpenCV's / COLMAP's
+    OPENCV_FISHEYE, Kannala-Brandt k1-k4) draws natively under "native"; under "undistorted" only
+    when its coefficients are all zero (nerfstudio does not undistort those: an equidistant
+    fisheye). A FISHEYE624 (Aria's) camera draws natively only with all-zero coefficients (the
+    equidistant fisheye again): its other coefficients have no form in the rasterizers, so its
+    images are undistorted either way."""
+    from nerfstudio.cameras.cameras import CameraType
+
+    kind = _kind(cameras, index)
+    if kind not in (CameraType.FISHEYE, CameraType.FISHEYE624):
+        return False
+    zero = not np.any(_coefficients(cameras, index))
+    return zero or (kind == CameraType.FISHEYE and fisheye == "native")
+
+
+def keeps_its_image(cameras, index: int, fisheye: str) -> bool:
+    """Whether nerfstudio's datamanager must cache camera `index`'s image as it is instead of
+    undistorting it: a natively drawn fisheye that has coefficients."""
+    return drawn_natively(cameras, index, fisheye) and bool(np.any(_coefficients(cameras, index)))
+
+
+def camera_model(cameras, index: int, fisheye: str):
+    """(camera_model, distortion) camera `index` draws with in jax-gs's rasterizers: ("fisheye",
+    its k1-k4 [4]) for a natively drawn fisheye (`drawn_natively`), else ("pinhole", zeros [4])
+    (a perspective camera, or a fisheye whose image nerfstudio undistorted, with its intrinsics
+    after undistortion)."""
+    if drawn_natively(cameras, index, fisheye):
+        return "fisheye", _coefficients(cameras, index)[:4]
+    return "pinhole", np.zeros(4, np.float32)
 
 
 def camera_model_problem(cameras, index: int, where: str, rendering: bool = False) -> str | None:
-    """Why camera `index` of nerfstudio `cameras` cannot be drawn by jax-gs's pinhole rasterizers
-    (None: it can). `where` names the camera in the message; `rendering`: a camera to render (an
+    """Why camera `index` of nerfstudio `cameras` cannot be drawn by jax-gs's rasterizers (None:
+    it can). `where` names the camera in the message; `rendering`: a camera to render (an
     ns-render camera path), not one of the capture's.
 
-    PERSPECTIVE cameras draw as they are. FISHEYE and FISHEYE624 cameras with distortion
-    coefficients are drawable after nerfstudio's FullImageDatamanager has undistorted their images
-    to a pinhole camera (it rewrites the intrinsics and keeps the camera type, as splatfacto relies
-    on); one with all-zero coefficients is not undistorted and is still a fisheye. Equirectangular,
-    omnidirectional, VR180 and orthophoto cameras have no pinhole form."""
+    PERSPECTIVE cameras draw as they are, FISHEYE and FISHEYE624 ones natively or after
+    nerfstudio's FullImageDatamanager has undistorted their images (`drawn_natively`).
+    Equirectangular, omnidirectional, VR180 and orthophoto cameras have no form in the
+    rasterizers."""
     from nerfstudio.cameras.cameras import CameraType
 
-    kind = CameraType(int(cameras.camera_type.reshape(-1)[index]))
-    if kind == CameraType.PERSPECTIVE:
+    kind = _kind(cameras, index)
+    if kind in (CameraType.PERSPECTIVE, CameraType.FISHEYE, CameraType.FISHEYE624):
         return None
-    dist = cameras.distortion_params
-    has_coeffs = dist is not None and bool(torch.any(dist.reshape(-1, dist.shape[-1])[index] != 0))
-    fisheye = kind in (CameraType.FISHEYE, CameraType.FISHEYE624)
-    if fisheye and has_coeffs:
-        return None  # undistorted by nerfstudio's datamanager
     if rendering:
-        hint = 'render perspective cameras (in an ns-render camera path: "camera_type": "perspective")'
-    elif fisheye:
-        hint = ("give the capture's fisheye coefficients (k1-k4; nerfstudio then undistorts its images), or "
-                "undistort the images to a PINHOLE model first (e.g. COLMAP's image_undistorter)")
+        hint = 'render perspective or fisheye cameras (in an ns-render camera path: "camera_type": "perspective")'
     else:
         hint = ("convert the images to perspective ones first (e.g. ns-process-data images --camera-type "
                 "equirectangular cuts each panorama into perspective views)")
     article = "an" if kind.name[0] in "AEIOU" else "a"
-    what = (f"a {kind.name} camera with all-zero distortion coefficients, which nerfstudio does not undistort"
-            if fisheye else f"{article} {kind.name} camera")
-    return f"{where} is {what}: jax-gs draws pinhole (perspective) cameras only; {hint}"
+    return f"{where} is {article} {kind.name} camera: jax-gs draws perspective and fisheye cameras only; {hint}"
+
+
+def training_camera_model(cameras, fisheye: str, where: str) -> str:
+    """The one camera model ("pinhole" or "fisheye") the training views draw with, or InputError
+    naming the first view that differs from the first (a run trains one camera model)."""
+    from .errors import InputError
+
+    first = camera_model(cameras, 0, fisheye)[0]
+    for i in range(1, len(cameras)):
+        model = camera_model(cameras, i, fisheye)[0]
+        if model != first:
+            hint = ("--pipeline.model.fisheye native draws every FISHEYE camera as one" if fisheye == "undistorted"
+                    else "--pipeline.model.fisheye undistorted trains the fisheyes nerfstudio undistorts as pinholes")
+            raise InputError(f"{where(i)} draws as a {model} camera and {where(0)} as a {first} one: jax-gs trains "
+                             f"one camera model per run ({hint})")
+    return first
 
 
 def cameras_to_opencv(cameras):

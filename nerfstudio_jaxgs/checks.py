@@ -18,7 +18,7 @@ import json
 import math
 from pathlib import Path
 
-from .cameras import camera_model_problem
+from .cameras import camera_model_problem, training_camera_model
 from .errors import InputError
 
 _IMAGE_DIRS = ("images_2", "images_4", "images_8")
@@ -217,9 +217,10 @@ def _loaded_size(dataset, w: int, h: int):
     return (w, h) if s == 1.0 else (int(w * s), int(h * s))
 
 
-def check_views(dataset, split: str) -> None:
+def check_views(dataset, split: str, fisheye: str = "native") -> None:
     """Raise InputError naming the first image of `dataset` (a nerfstudio InputDataset) whose
-    camera or file is unusable; `split`: "training" or "evaluation", for the message."""
+    camera or file is unusable; `split`: "training" or "evaluation", for the message (the training
+    views must draw with one camera model: `fisheye` is --pipeline.model.fisheye)."""
     import numpy as np
 
     cams = dataset.cameras
@@ -241,6 +242,8 @@ def check_views(dataset, split: str) -> None:
                              f"point {intr[i, 2]:g}, {intr[i, 3]:g}: focal lengths must be positive and finite")
         if wh[i, 0] <= 0 or wh[i, 1] <= 0:
             raise InputError(f"{where}: its camera is {wh[i, 0]}x{wh[i, 1]} pixels")
+    if split == "training":
+        training_camera_model(cams, fisheye, lambda j: f"the camera of {split} image {names[j]}")
     for i, name in enumerate(names):
         problem, raw = read_image_header(name, role=f"{split} image")
         if problem is None:

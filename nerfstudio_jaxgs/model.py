@@ -16,7 +16,7 @@ import torch
 from nerfstudio.models.splatfacto import SplatfactoModel, SplatfactoModelConfig
 
 from .bridge import to_torch
-from .cameras import camera_model_problem, cameras_to_opencv
+from .cameras import camera_model, camera_model_problem, cameras_to_opencv
 from .errors import InputError
 
 NO_TORCH_LOSS = ("jax-gs computes its loss and metrics inside the compiled training block "
@@ -66,6 +66,13 @@ class JaxGSModelConfig(SplatfactoModelConfig):
     """Rasterizer: "auto" (pallas on a GPU, flat elsewhere), "flat" (all tiles on one axis, built
     for TPUs/XLA), "standard" (vmap over tiles and pixels) or "pallas" (one kernel per pass:
     Triton on a GPU, interpreted on a CPU: exact but slow there)."""
+    fisheye: Literal["native", "undistorted"] = "native"
+    """How fisheye captures (OPENCV_FISHEYE: nerfstudio's FISHEYE cameras, k1-k4) train and draw:
+    "native" = as fisheyes, on their original images, over their whole field of view (training,
+    evaluation, ns-render and the snapshots); "undistorted" = as splatfacto does, on the pinhole
+    images nerfstudio's datamanager undistorts them to (a crop of the field of view). FISHEYE624
+    (Aria) cameras with coefficients are undistorted either way; fisheyes with all-zero
+    coefficients (which nerfstudio does not undistort) draw natively either way."""
     strategy: Literal["default", "mcmc"] = "default"
     """Density control: splatfacto's (gsplat's default: clone/split/prune) or 3DGS-MCMC (fixed budget)."""
     max_gaussians: int = 0
@@ -266,6 +273,7 @@ class JaxGSModel(SplatfactoModel):
         problem = camera_model_problem(camera, 0, "the camera to render", rendering=True)
         if problem:
             raise InputError(problem)
+        model, distortion = camera_model(camera, 0, self.config.fisheye)
         vm, K, w, h = cameras_to_opencv(camera)
         w, h = int(w[0]), int(h[0])
         b = max(self.config.viewer_bucket, 1)
@@ -279,8 +287,8 @@ class JaxGSModel(SplatfactoModel):
             keep = self.crop_box.within(means).numpy()
         colors, alpha = render_gaussians(self._render_gaussians(), vm[0], K[0], W, H, sh_degree=self._sh_degree_now(),
                                          background=bg, render_mode="RGB+ED", rasterizer=self.config.rasterizer,
-                                         rasterize_mode=self.config.rasterize_mode,
-                                         keep=keep, layout=self._render_layout)
+                                         rasterize_mode=self.config.rasterize_mode, keep=keep,
+                                         layout=self._render_layout, camera_model=model, distortion=distortion)
         colors, alpha = colors[:h, :w], alpha[:h, :w]  # numpy: no program per size
         depth = colors[..., 3:4]
         if (alpha > 0).any():  # as splatfacto: pixels nothing covers at the image's farthest depth

@@ -14,7 +14,7 @@ import torch
 
 from nerfstudio.pipelines.base_pipeline import VanillaPipeline, VanillaPipelineConfig
 
-from .cameras import cameras_to_opencv
+from .cameras import camera_model, cameras_to_opencv, keeps_its_image, training_camera_model
 from .checks import check_scene, check_views
 from .errors import InputError, user_errors
 from .hooks import install_pipeline_hooks, no_prompts
@@ -22,10 +22,13 @@ from .model import NO_TORCH_LOSS, PREFIX, checkpoint_entries
 from .settings import check_datamanager
 
 
-def build_engine(model, dataset, scene_extent: float, max_steps: int, optimizers=None):
-    """The JAX trainer for `model`'s settings and Gaussians on the on-device `dataset`, for a run
-    ending at step `max_steps` (`optimizers`: nerfstudio's `--optimizers` dict), resumed from the
-    training state of a checkpoint the model loaded (`loaded_training_state`), if any."""
+def build_engine(model, dataset, scene_extent: float, max_steps: int, optimizers=None, camera_model: str = "pinhole"):
+    """The JAX trainer for `model`'s settings and Gaussians on the on-device `dataset` (its views
+    drawn as `camera_model`), for a run ending at step `max_steps` (`optimizers`: nerfstudio's
+    `--optimizers` dict), resumed from the training state of a checkpoint the model loaded
+    (`loaded_training_state`), if any."""
+    import dataclasses
+
     import jax
 
     from jax_backend import Trainer
@@ -41,6 +44,7 @@ def build_engine(model, dataset, scene_extent: float, max_steps: int, optimizers
                          f"the views follows the count), or start a new run from its Gaussians (ns-export "
                          f"gaussian-splat, then --pipeline.model.init-ply)")
     cfg = train_config(c, max_steps, model.num_train_data, optimizers, model.training_background())
+    cfg = dataclasses.replace(cfg, camera_model=camera_model)
     try:  # the capacity grows on the host as density control needs it
         engine = Trainer(cfg, dataset, model.gaussians, scene_extent, log=print, layout=layout(c),
                          views_per_device=c.views_per_device)
@@ -74,6 +78,31 @@ class ViewShare:
         return self.dataset.get_data(self.indices[index], image_type=image_type)
 
 
+def keep_fisheye_images(datamanager, fisheye: str) -> None:
+    """Make nerfstudio's FullImageDatamanager cache the images of natively drawn fisheyes
+    (`cameras.keeps_its_image`) as they are: it undistorts every camera whose distortion
+    parameters are not all zero, so those cameras' parameters read zero while it caches (its
+    `_load_images`, behind cached_train and cached_eval) and are theirs again afterwards, for
+    the model to draw with; their intrinsics stay the capture's."""
+    load = datamanager._load_images
+
+    def loading(split, *args, **kwargs):
+        cams = (datamanager.train_dataset if split == "train" else datamanager.eval_dataset).cameras
+        keep = [i for i in range(len(cams)) if keeps_its_image(cams, i, fisheye)]
+        if not keep:
+            return load(split, *args, **kwargs)
+        saved = cams.distortion_params  # often one row expanded over the views: replaced, not written
+        zeroed = saved.clone()
+        zeroed[torch.tensor(keep)] = 0.0
+        cams.distortion_params = zeroed
+        try:
+            return load(split, *args, **kwargs)
+        finally:
+            cams.distortion_params = saved
+
+    datamanager._load_images = loading
+
+
 @dataclass
 class JaxGSPipelineConfig(VanillaPipelineConfig):
     _target: Type = field(default_factory=lambda: JaxGSPipeline)
@@ -88,6 +117,7 @@ class JaxGSPipeline(VanillaPipeline):
         check_datamanager(dm)
         with no_prompts(), user_errors(f"loading the scene {data}"):
             super().__init__(config, *args, **kwargs)
+        keep_fisheye_images(self.datamanager, self.model.config.fisheye)
         self.engine = None  # jax_backend.Trainer, built on first training use (`ensure_engine`)
         test_mode = kwargs.get("test_mode", args[1] if len(args) > 1 else "val")
         if test_mode == "val":  # training: every image it will read, before any compute
@@ -113,7 +143,7 @@ class JaxGSPipeline(VanillaPipeline):
         dm = self.datamanager
         with user_errors("checking the scene's images"):
             if training:
-                check_views(dm.train_dataset, "training")
+                check_views(dm.train_dataset, "training", self.model.config.fisheye)
             if dm.eval_dataset is not None and len(dm.eval_dataset):
                 check_views(dm.eval_dataset, "evaluation")
         if training and not (dm.eval_dataset is not None and len(dm.eval_dataset)):
@@ -151,9 +181,12 @@ class JaxGSPipeline(VanillaPipeline):
             dm.train_dataset = ViewShare(full, mine)  # what nerfstudio's cache reads (and undistorts)
         try:
             with user_errors("reading the training images"):
-                cached = dm.cached_train  # undistorted uint8 images; rewrites the cameras' intrinsics
+                cached = dm.cached_train  # uint8 images, undistorted unless drawn natively (rewrites their intrinsics)
             share = dm.train_dataset
             _, Ks, _, _ = cameras_to_opencv(share.cameras)
+            fisheye = self.model.config.fisheye
+            model = training_camera_model(share.cameras, fisheye, lambda i: f"training view {i}")
+            distortions = np.stack([camera_model(share.cameras, i, fisheye)[1] for i in range(len(share))])
         finally:
             dm.train_dataset = full
         if share is not full:  # the intrinsics after undistortion, as nerfstudio keeps them
@@ -167,8 +200,11 @@ class JaxGSPipeline(VanillaPipeline):
         if "mask" in cached[0]:
             masks = [np.asarray(d["mask"].cpu().numpy())[..., 0].astype(bool) for d in cached]
         viewmats = viewmats[mine]
-        data = make_dataset(images, viewmats, Ks, masks)
-        self.engine = build_engine(self.model, data, extent, max_steps, optimizers)
+        data = make_dataset(images, viewmats, Ks, masks, distortions)
+        if model == "fisheye":
+            print(f"[jax-gs] training the {len(images)} fisheye views as fisheyes, on their whole frames "
+                  f"(--pipeline.model.fisheye native)")
+        self.engine = build_engine(self.model, data, extent, max_steps, optimizers, model)
         self.model.loaded_training_state = None  # in the engine now
         self._publish()
         return self.engine
@@ -215,21 +251,24 @@ class JaxGSPipeline(VanillaPipeline):
 
     def make_snapshots(self, out_dir):
         """`jax_backend.Snapshots` as the model's `snapshot_every` asks (None when 0), previewing
-        the first evaluation view (the first training view when there is none)."""
+        the first evaluation view (the first training view when there is none, or when it draws
+        with another camera model than the training views: the preview draws as they do)."""
         every = self.model.config.snapshot_every
         if every <= 0:
             return None
         from jax_backend import Snapshots
 
-        dm = self.datamanager
-        if dm.eval_dataset:
+        dm, fisheye = self.datamanager, self.model.config.fisheye
+        trains_as = training_camera_model(dm.train_dataset.cameras, fisheye, lambda i: f"training view {i}")
+        if dm.eval_dataset and camera_model(dm.eval_dataset.cameras, 0, fisheye)[0] == trains_as:
             dataset = dm.eval_dataset
             with user_errors("reading the evaluation images"):
                 getattr(dm, "cached_eval", None)  # undistorts them now: the preview takes the intrinsics after it
         else:
             dataset = dm.train_dataset  # cached (undistorted) when the engine was built
         viewmats, Ks, widths, heights = cameras_to_opencv(dataset.cameras[0:1])
-        return Snapshots(out_dir, every, (viewmats[0], Ks[0], int(widths[0]), int(heights[0])),
+        distortion = camera_model(dataset.cameras, 0, fisheye)[1]
+        return Snapshots(out_dir, every, (viewmats[0], Ks[0], int(widths[0]), int(heights[0]), distortion),
                          background=self.model.background_color.numpy())
 
     def train_block(self, num_steps: int, max_steps: int, publish_lock=None) -> Dict[str, float]:

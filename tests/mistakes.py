@@ -150,17 +150,6 @@ def _zero_focal_length(tmp, _):
     return Case(train_args(scene, tmp), "fl_y")
 
 
-def _fisheye_without_coefficients(tmp, _):
-    """An OPENCV_FISHEYE capture whose k1-k4 are all zero: nerfstudio does not undistort it, and a
-    pinhole render of a fisheye would be wrong without a word."""
-    scene, meta = fox_copy(tmp)
-    meta["camera_model"] = "OPENCV_FISHEYE"
-    for k in ("k1", "k2", "k3", "k4", "p1", "p2"):  # the fox's own OPENCV coefficients
-        meta.pop(k, None)
-    write_meta(scene, meta)
-    return Case(train_args(scene, tmp), "FISHEYE camera with all-zero distortion coefficients")
-
-
 def _equirectangular_capture(tmp, _):
     scene, meta = fox_copy(tmp)
     meta["camera_model"] = "EQUIRECTANGULAR"
@@ -182,10 +171,6 @@ def _render_camera_path(t: Trained, tmp: Path, camera_type: str):
     path = _camera_path(tmp / "path.json", camera_type)
     return [BIN / "ns-render", "camera-path", "--load-config", t.config, "--camera-path-filename", path,
             "--output-path", tmp / "out.mp4"]
-
-
-def _fisheye_camera_path(tmp, t: Trained):
-    return Case(_render_camera_path(t, tmp, "fisheye"), "FISHEYE camera with all-zero distortion coefficients")
 
 
 def _equirectangular_camera_path(tmp, t: Trained):
@@ -593,9 +578,7 @@ MISTAKES = [
     Mistake("no_transform_matrix", _no_transform_matrix),
     Mistake("frame_without_fl_x", _frame_without_fl_x),
     Mistake("zero_focal_length", _zero_focal_length),
-    Mistake("fisheye_without_coefficients", _fisheye_without_coefficients),
     Mistake("equirectangular_capture", _equirectangular_capture),
-    Mistake("fisheye_camera_path", _fisheye_camera_path, needs_run=True),
     Mistake("equirectangular_camera_path", _equirectangular_camera_path, needs_run=True),
     Mistake("init_ply_cut_short", _init_ply_cut_short, needs_run=True),
     Mistake("truncated_training_image", _truncated_training_image),

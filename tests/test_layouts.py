@@ -328,15 +328,16 @@ def _pinhole_mismatch(undistorted, K_u, original, K_o):
     return float(np.abs(undistorted[..., :3].astype(float) - redrawn.astype(float))[inside].mean())
 
 
-def test_opencv_fisheye_capture_trains_evaluates_and_renders(tmp_path):
-    """An OPENCV_FISHEYE capture, end to end in one process: nerfstudio's datamanager undistorts it,
+def test_undistorted_opencv_fisheye_capture_trains_evaluates_and_renders(tmp_path):
+    """An OPENCV_FISHEYE capture with --pipeline.model.fisheye undistorted, end to end in one
+    process: nerfstudio's datamanager undistorts it,
     and the engine trains on those images with the intrinsics after undistortion (the undistorted
     image agrees with the pinhole original seen through them; through the fisheye's own intrinsics
     it would not); evaluation, the viewer's render and the snapshot preview take the same cameras."""
     from nerfstudio.data.dataparsers.nerfstudio_dataparser import NerfstudioDataParserConfig
 
     K_o, originals = write_fisheye_scene(tmp_path)
-    pipeline = _pipeline(NerfstudioDataParserConfig(data=tmp_path))
+    pipeline = _pipeline(NerfstudioDataParserConfig(data=tmp_path), fisheye="undistorted")
     pipeline.model.config.steps_per_block = 5
     dm = pipeline.datamanager
     engine = pipeline.ensure_engine(5)
@@ -366,6 +367,97 @@ def test_opencv_fisheye_capture_trains_evaluates_and_renders(tmp_path):
     assert out["rgb"].shape == (int(camera.height), int(camera.width), 3)
 
 
+def _fisheye_mismatch(fisheye_image, K, distortion, original, K_o):
+    """Mean absolute difference (0-255) between a fisheye image drawn by jax-gs's fisheye camera
+    (intrinsics K, k1-k4 `distortion`: `camera_projection`) and the pinhole original (K_o) it was
+    made from, over the original's pixels the fisheye sees."""
+    import cv2
+
+    from jax_backend.rendering.projection import camera_projection
+
+    oh, ow = original.shape[:2]
+    xs, ys = np.meshgrid(np.arange(2, ow - 2, 3) + 0.5, np.arange(2, oh - 2, 3) + 0.5)
+    x, y = (xs - K_o[0, 2]) / K_o[0, 0], (ys - K_o[1, 2]) / K_o[1, 1]
+    (u, v), _ = camera_projection("fisheye", x.ravel(), y.ravel(), np.ones(x.size), K, ow, oh, np.asarray(distortion))
+    u, v = np.asarray(u).reshape(x.shape) - 0.5, np.asarray(v).reshape(x.shape) - 0.5
+    h, w = fisheye_image.shape[:2]
+    seen = (u > 1) & (u < w - 2) & (v > 1) & (v < h - 2)
+    drawn = cv2.remap(np.ascontiguousarray(fisheye_image[..., :3]), u.astype(np.float32), v.astype(np.float32),
+                      cv2.INTER_LINEAR)
+    at = original[(ys - 0.5).astype(int), (xs - 0.5).astype(int)]
+    inside = seen & (drawn.max(-1) > 0)
+    assert inside.mean() > 0.5
+    return float(np.abs(drawn.astype(float) - at.astype(float))[inside].mean())
+
+
+def test_native_opencv_fisheye_capture_trains_on_its_whole_frame(tmp_path):
+    """An OPENCV_FISHEYE capture under the default --pipeline.model.fisheye native: nerfstudio's
+    datamanager caches its images as they are (every pixel, no mask), the cameras keep their
+    intrinsics and coefficients, and the engine draws its views as fisheyes with them (the image
+    seen through jax-gs's fisheye camera agrees with the pinhole original it was made from; without
+    the coefficients it would not); training, evaluation and the snapshot preview take the whole
+    frame."""
+    from PIL import Image
+
+    from nerfstudio.data.dataparsers.nerfstudio_dataparser import NerfstudioDataParserConfig
+
+    coeffs = (0.12, 0.03, 0.0, 0.0)
+    K_o, originals = write_fisheye_scene(tmp_path, coeffs=coeffs)
+    pipeline = _pipeline(NerfstudioDataParserConfig(data=tmp_path))
+    pipeline.model.config.steps_per_block = 5
+    dm = pipeline.datamanager
+    engine = pipeline.ensure_engine(5)
+    assert engine.cfg.camera_model == "fisheye"
+    cams = dm.train_dataset.cameras
+    np.testing.assert_allclose(cams.distortion_params.numpy()[:, :4], np.tile(coeffs, (len(cams), 1)), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(engine.data.distortions), cams.distortion_params.numpy()[:, :4])
+    np.testing.assert_allclose(np.asarray(engine.data.Ks[0]), K_o, rtol=1e-5)  # the capture's own
+    name = dm.train_dataset.image_filenames[0]
+    image = np.asarray(dm.cached_train[0]["image"])
+    np.testing.assert_array_equal(image, np.asarray(Image.open(name).convert("RGB")))  # as it is on disk
+    assert "mask" not in dm.cached_train[0] and bool(np.asarray(engine.data.masks).all())  # every pixel trains
+    original = originals[Path(name).name]
+    good = _fisheye_mismatch(image, np.asarray(engine.data.Ks[0]), np.asarray(engine.data.distortions[0]), original, K_o)
+    wrong = _fisheye_mismatch(image, np.asarray(engine.data.Ks[0]), np.zeros(4), original, K_o)
+    assert good < 8 and wrong > 1.5 * good, (good, wrong)
+
+    pipeline.model.config.snapshot_every = 5
+    snapshots = pipeline.make_snapshots(tmp_path / "snapshots")
+    np.testing.assert_allclose(np.asarray(snapshots.camera[4]), coeffs, rtol=1e-6)
+    snapshots.close()
+    eval_name = dm.eval_dataset.image_filenames[0]
+    np.testing.assert_array_equal(np.asarray(dm.cached_eval[0]["image"]), np.asarray(Image.open(eval_name).convert("RGB")))
+    assert bool(dm.eval_dataset.cameras.distortion_params.any())  # theirs again after caching
+
+    stats = pipeline.train_block(5, 5)
+    assert np.isfinite(stats["loss"])
+    metrics, _ = pipeline.get_eval_image_metrics_and_images(step=5)
+    assert np.isfinite(metrics["psnr"])
+    camera, _ = dm.next_eval_image(step=5)
+    out = pipeline.model.get_outputs_for_camera(camera)
+    assert out["rgb"].shape == original.shape  # the whole frame
+
+
+def test_a_run_trains_one_camera_model(tmp_path):
+    """A capture whose views would draw with two camera models (here an OPENCV_FISHEYE one with
+    one frame's coefficients all zero, under --pipeline.model.fisheye undistorted: nerfstudio
+    undistorts the others but not that one) stops before any compute with one line naming it."""
+    from nerfstudio.data.dataparsers.nerfstudio_dataparser import NerfstudioDataParserConfig
+
+    from nerfstudio_jaxgs.errors import InputError
+
+    write_fisheye_scene(tmp_path)
+    meta = json.loads((tmp_path / "transforms.json").read_text())
+    coeffs = [meta.pop(k) for k in ("k1", "k2", "k3", "k4")]
+    for f in meta["frames"]:  # per-frame coefficients; the first frame's (a training view's) all zero
+        f["distortion_params"] = coeffs + [0.0, 0.0] if f is not meta["frames"][0] else [0.0] * 6
+    (tmp_path / "transforms.json").write_text(json.dumps(meta))
+    with pytest.raises(InputError, match="draws as a (fisheye|pinhole) camera and .* as a (pinhole|fisheye) one: "
+                                         "jax-gs trains one camera model per run"):
+        _pipeline(NerfstudioDataParserConfig(data=tmp_path), fisheye="undistorted")
+    assert _pipeline(NerfstudioDataParserConfig(data=tmp_path)).datamanager is not None  # native: all fisheyes
+
+
 def test_each_host_reads_and_undistorts_only_its_share_of_the_views(tmp_path, monkeypatch):
     """With several JAX processes, a host caches (reads and undistorts, through nerfstudio's own
     datamanager) only its share of the training views (every N-th, `host_views`), hands the engine
@@ -379,11 +471,11 @@ def test_each_host_reads_and_undistorts_only_its_share_of_the_views(tmp_path, mo
     import nerfstudio_jaxgs.pipeline as plugin_pipeline
 
     write_fisheye_scene(tmp_path)
-    reference = _pipeline(NerfstudioDataParserConfig(data=tmp_path)).datamanager
+    reference = _pipeline(NerfstudioDataParserConfig(data=tmp_path), fisheye="undistorted").datamanager
     everything = [np.asarray(d["image"]) for d in reference.cached_train]  # one process reads all
     K_all = reference.train_dataset.cameras.get_intrinsics_matrices().numpy()
 
-    pipeline = _pipeline(NerfstudioDataParserConfig(data=tmp_path))
+    pipeline = _pipeline(NerfstudioDataParserConfig(data=tmp_path), fisheye="undistorted")
     dm, seen = pipeline.datamanager, {}
     monkeypatch.setattr(jax, "process_count", lambda: 2)
     monkeypatch.setattr(jax, "process_index", lambda: 1)

@@ -238,6 +238,17 @@ def test_train_export_view_resume_eval_on_the_bundled_scene(tmp_path):
     _run([BIN / "ns-render", "camera-path", *common_render, "--camera-path-filename", path, "--output-path",
           tmp_path / "path"])
     assert _frames_show_the_scene(tmp_path / "path", at_least=3)
+    # the same path through fisheye cameras (the render panel's "fisheye"): drawn as equidistant fisheyes
+    fisheye_path = tmp_path / "fisheye_path.json"
+    fisheye_path.write_text(path.read_text().replace('"camera_type": "perspective"', '"camera_type": "fisheye"'))
+    _run([BIN / "ns-render", "camera-path", *common_render, "--camera-path-filename", fisheye_path, "--output-path",
+          tmp_path / "fisheye"])
+    assert _frames_show_the_scene(tmp_path / "fisheye", at_least=3)
+    from PIL import Image
+
+    pin, fish = (np.asarray(Image.open(sorted((tmp_path / d).rglob("*.png"))[0]).convert("RGB"), float)
+                 for d in ("path", "fisheye"))
+    assert pin.shape == fish.shape and np.abs(pin - fish).mean() > 5  # a wider view, not the pinhole's
 
 
 def _frames_show_the_scene(folder, at_least: int) -> bool:
@@ -459,28 +470,54 @@ def test_exported_ply_renders_what_the_model_renders(tmp_path, monkeypatch, sh_d
     np.testing.assert_allclose(got, np.clip(ref, 0, 1), atol=1e-4)
 
 
-def test_cameras_drawn_with_the_wrong_model_stop_naming_their_type():
-    """A render of a camera jax-gs's pinhole rasterizers would draw wrongly stops with one line
-    naming its type; a fisheye with coefficients (undistorted by nerfstudio's datamanager, which
-    keeps its type and rewrites its intrinsics) and a perspective camera render."""
+@pytest.mark.parametrize("fisheye", ["native", "undistorted"])
+def test_each_camera_kind_renders_with_its_model_or_stops_naming_it(fisheye):
+    """A render of a camera the rasterizers cannot draw stops with one line naming its type; the
+    others render as the dense float64 reference draws them: a perspective camera and a fisheye
+    with coefficients under "undistorted" (nerfstudio's datamanager undistorted its image and
+    rewrote its intrinsics) as pinholes, a fisheye with coefficients under "native" and one with
+    none (which nerfstudio never undistorts) as fisheyes with their k1-k4."""
     from nerfstudio.cameras.cameras import Cameras, CameraType
 
+    import reference
     from nerfstudio_jaxgs.errors import InputError
 
     model = _model()
+    model.config.fisheye = fisheye
     c2w = torch.eye(4)[:3]
-    c2w[2, 3] = 6.0
+    c2w[2, 3] = 2.2  # near: the Gaussians up to 60 degrees off axis
 
     def camera(kind, distortion=None):
-        return Cameras(camera_to_worlds=c2w[None], fx=40.0, fy=40.0, cx=16.0, cy=12.0, width=32, height=24,
+        return Cameras(camera_to_worlds=c2w[None], fx=14.0, fy=14.0, cx=16.0, cy=12.0, width=32, height=24,
                        camera_type=kind, distortion_params=distortion)
 
-    for kind, name in [(CameraType.EQUIRECTANGULAR, "EQUIRECTANGULAR camera"),
-                       (CameraType.OMNIDIRECTIONALSTEREO_L, "OMNIDIRECTIONALSTEREO_L camera"),
-                       (CameraType.FISHEYE, "FISHEYE camera with all-zero distortion coefficients"),
-                       (CameraType.FISHEYE624, "FISHEYE624 camera with all-zero distortion coefficients")]:
-        with pytest.raises(InputError, match=f"the camera to render is an? {name}.*: jax-gs draws pinhole"):
+    for kind, name in [(CameraType.EQUIRECTANGULAR, "an EQUIRECTANGULAR camera"),
+                       (CameraType.OMNIDIRECTIONALSTEREO_L, "an OMNIDIRECTIONALSTEREO_L camera")]:
+        with pytest.raises(InputError, match=f"the camera to render is {name}: jax-gs draws perspective and fisheye"):
             model.get_outputs_for_camera(camera(kind))
-    undistorted = camera(CameraType.FISHEYE, torch.tensor([[0.1, 0.01, 0, 0, 0, 0]]))
-    assert model.get_outputs_for_camera(undistorted)["rgb"].shape == (24, 32, 3)
-    assert model.get_outputs_for_camera(camera(CameraType.PERSPECTIVE))["rgb"].shape == (24, 32, 3)
+    coeffs = [0.1, 0.01, -0.004, 0.001]
+    g = model.gaussians
+    means, quats, scales, opacities = (np.asarray(g.params[k])[np.asarray(g.alive)] for k in
+                                       ("means", "quats", "scales", "opacities"))
+    sh = np.concatenate([np.asarray(g.params["sh0"]), np.asarray(g.params["shN"])], 1)[np.asarray(g.alive)]
+    opengl = np.eye(4)
+    opengl[:3] = c2w.numpy()
+    opengl[:3, 1:3] *= -1
+    K = np.array([[14.0, 0, 16.0], [0, 14.0, 12.0], [0, 0, 1]])
+    renders = []
+    for kind, dist, drawn in [
+            (CameraType.PERSPECTIVE, None, ("pinhole", None)),
+            (CameraType.FISHEYE, None, ("fisheye", np.zeros(4))),
+            (CameraType.FISHEYE624, None, ("fisheye", np.zeros(4))),
+            (CameraType.FISHEYE, coeffs + [0, 0], ("fisheye", coeffs) if fisheye == "native" else ("pinhole", None))]:
+        renders.append(out := model.get_outputs_for_camera(camera(kind, None if dist is None else torch.tensor([dist]))))
+        ref, _ = reference.render(means, quats, np.exp(scales), 1 / (1 + np.exp(-opacities)), sh,
+                                  np.linalg.inv(opengl), K, 32, 24, sh_degree=model._sh_degree_now(),
+                                  background=model.background_color.numpy(), camera_model=drawn[0],
+                                  distortion=drawn[1])
+        assert np.ptp(out["rgb"].numpy()) > 0.1, kind  # the Gaussians are in view
+        np.testing.assert_allclose(out["rgb"].numpy(), np.clip(ref, 0, 1), atol=1e-4, err_msg=str((kind, dist)))
+    pinhole, equidistant, _, kb4 = (r["rgb"].numpy() for r in renders)
+    assert np.abs(pinhole - equidistant).mean() > 0.03  # the models differ here (0.054)
+    if fisheye == "native":
+        assert np.abs(kb4 - equidistant).mean() > 0.007  # and the coefficients count (0.015)
