@@ -43,7 +43,7 @@ def drawn_natively(cameras, index: int, fisheye: str) -> bool:
 def keeps_its_image(cameras, index: int, fisheye: str) -> bool:
     """Whether nerfstudio's datamanager must cache camera `index`'s image as it is instead of
     undistorting it: a natively drawn fisheye that has coefficients."""
-    return drawn_natively(cameras, index, fisheye) and bool(np.any(_coefficients(cameras, index)))
+    return bool(np.any(_coefficients(cameras, index))) and drawn_natively(cameras, index, fisheye)
 
 
 def camera_model(cameras, index: int, fisheye: str):
@@ -79,9 +79,10 @@ def camera_model_problem(cameras, index: int, where: str, rendering: bool = Fals
     return f"{where} is {article} {kind.name} camera: jax-gs draws perspective and fisheye cameras only; {hint}"
 
 
-def training_camera_model(cameras, fisheye: str, where: str) -> str:
+def training_camera_model(cameras, fisheye: str, where) -> str:
     """The one camera model ("pinhole" or "fisheye") the training views draw with, or InputError
-    naming the first view that differs from the first (a run trains one camera model)."""
+    naming the first view that differs from the first (a run trains one camera model); `where(i)`
+    names view i in the message."""
     from .errors import InputError
 
     first = camera_model(cameras, 0, fisheye)[0]

@@ -328,6 +328,17 @@ def _pinhole_mismatch(undistorted, K_u, original, K_o):
     return float(np.abs(undistorted[..., :3].astype(float) - redrawn.astype(float))[inside].mean())
 
 
+def _train_evaluate_render(pipeline):
+    """One 5-step block, one evaluation (finite loss and PSNR), and the model's render of the next
+    evaluation camera: (that camera, the render)."""
+    stats = pipeline.train_block(5, 5)
+    assert np.isfinite(stats["loss"])
+    metrics, _ = pipeline.get_eval_image_metrics_and_images(step=5)
+    assert np.isfinite(metrics["psnr"])
+    camera, _ = pipeline.datamanager.next_eval_image(step=5)
+    return camera, pipeline.model.get_outputs_for_camera(camera)
+
+
 def test_undistorted_opencv_fisheye_capture_trains_evaluates_and_renders(tmp_path):
     """An OPENCV_FISHEYE capture with --pipeline.model.fisheye undistorted, end to end in one
     process: nerfstudio's datamanager undistorts it,
@@ -358,12 +369,7 @@ def test_undistorted_opencv_fisheye_capture_trains_evaluates_and_renders(tmp_pat
     np.testing.assert_allclose(np.asarray(snapshots.camera[1]), eval_K, rtol=1e-5)
     snapshots.close()
 
-    stats = pipeline.train_block(5, 5)
-    assert np.isfinite(stats["loss"])
-    metrics, images = pipeline.get_eval_image_metrics_and_images(step=5)
-    assert np.isfinite(metrics["psnr"])
-    camera, _ = dm.next_eval_image(step=5)
-    out = pipeline.model.get_outputs_for_camera(camera)
+    camera, out = _train_evaluate_render(pipeline)
     assert out["rgb"].shape == (int(camera.height), int(camera.width), 3)
 
 
@@ -429,12 +435,7 @@ def test_native_opencv_fisheye_capture_trains_on_its_whole_frame(tmp_path):
     np.testing.assert_array_equal(np.asarray(dm.cached_eval[0]["image"]), np.asarray(Image.open(eval_name).convert("RGB")))
     assert bool(dm.eval_dataset.cameras.distortion_params.any())  # theirs again after caching
 
-    stats = pipeline.train_block(5, 5)
-    assert np.isfinite(stats["loss"])
-    metrics, _ = pipeline.get_eval_image_metrics_and_images(step=5)
-    assert np.isfinite(metrics["psnr"])
-    camera, _ = dm.next_eval_image(step=5)
-    out = pipeline.model.get_outputs_for_camera(camera)
+    _, out = _train_evaluate_render(pipeline)
     assert out["rgb"].shape == original.shape  # the whole frame
 
 
