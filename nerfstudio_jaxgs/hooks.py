@@ -24,6 +24,12 @@ ns-viewer, ns-export, ns-eval and ns-render of a jax-gs config; never for anothe
   connection: a jax-gs scene's viewer opens at a training camera when its default camera sees
   nothing (forward-facing captures). Other methods' viewers are left as they are.
 
+Once the pipeline is built, on its datamanager (`keep_fisheye_images`, from `JaxGSPipeline.__init__`):
+- nerfstudio's FullImageDatamanager undistorts, while it caches (`_load_images`, behind its
+  cached_train and cached_eval), every camera whose distortion parameters are not all zero; the
+  fisheyes jax-gs draws natively (`cameras.keeps_its_image`) read zero coefficients while it caches
+  and theirs again after, so their images are cached as they are on disk.
+
 While the pipeline is built (`no_prompts`, a context manager: undone afterwards):
 - rich's `Confirm.ask` returns its default, saying so, when stdin is not a terminal (nerfstudio's
   questions would otherwise wait for an answer nobody can give); "downscale the images?" is an
@@ -101,6 +107,34 @@ def install_pipeline_hooks() -> None:
     use_cpu_cores()
     install_atomic_export()
     install_first_view()
+
+
+def keep_fisheye_images(datamanager, fisheye: str) -> None:
+    """Make nerfstudio's FullImageDatamanager cache the images of natively drawn fisheyes as they
+    are (module docstring); their intrinsics stay the capture's."""
+    import torch
+
+    from .cameras import keeps_its_image
+
+    load = datamanager._load_images
+    if _ours(load):
+        return
+
+    def loading(split, *args, **kwargs):
+        cams = (datamanager.train_dataset if split == "train" else datamanager.eval_dataset).cameras
+        keep = [i for i in range(len(cams)) if keeps_its_image(cams, i, fisheye)]
+        if not keep:
+            return load(split, *args, **kwargs)
+        saved = cams.distortion_params  # often one row expanded over the views: replaced, not written
+        zeroed = saved.clone()
+        zeroed[torch.tensor(keep)] = 0.0
+        cams.distortion_params = zeroed
+        try:
+            return load(split, *args, **kwargs)
+        finally:
+            cams.distortion_params = saved
+
+    datamanager._load_images = _mark(loading)
 
 
 @contextlib.contextmanager

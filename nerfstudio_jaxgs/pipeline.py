@@ -14,10 +14,10 @@ import torch
 
 from nerfstudio.pipelines.base_pipeline import VanillaPipeline, VanillaPipelineConfig
 
-from .cameras import camera_model, cameras_to_opencv, keeps_its_image, training_camera_model
+from .cameras import camera_model, cameras_to_opencv, training_camera_model
 from .checks import check_scene, check_views
 from .errors import InputError, user_errors
-from .hooks import install_pipeline_hooks, no_prompts
+from .hooks import install_pipeline_hooks, keep_fisheye_images, no_prompts
 from .model import NO_TORCH_LOSS, PREFIX, checkpoint_entries
 from .settings import check_datamanager
 
@@ -76,31 +76,6 @@ class ViewShare:
 
     def get_data(self, index: int, image_type="float32"):
         return self.dataset.get_data(self.indices[index], image_type=image_type)
-
-
-def keep_fisheye_images(datamanager, fisheye: str) -> None:
-    """Make nerfstudio's FullImageDatamanager cache the images of natively drawn fisheyes
-    (`cameras.keeps_its_image`) as they are: it undistorts every camera whose distortion
-    parameters are not all zero, so those cameras' parameters read zero while it caches (its
-    `_load_images`, behind cached_train and cached_eval) and are theirs again afterwards, for
-    the model to draw with; their intrinsics stay the capture's."""
-    load = datamanager._load_images
-
-    def loading(split, *args, **kwargs):
-        cams = (datamanager.train_dataset if split == "train" else datamanager.eval_dataset).cameras
-        keep = [i for i in range(len(cams)) if keeps_its_image(cams, i, fisheye)]
-        if not keep:
-            return load(split, *args, **kwargs)
-        saved = cams.distortion_params  # often one row expanded over the views: replaced, not written
-        zeroed = saved.clone()
-        zeroed[torch.tensor(keep)] = 0.0
-        cams.distortion_params = zeroed
-        try:
-            return load(split, *args, **kwargs)
-        finally:
-            cams.distortion_params = saved
-
-    datamanager._load_images = loading
 
 
 @dataclass

@@ -9,7 +9,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # NamedTuple's public API and the standard library's, spelt with an underscore
 PUBLIC_UNDERSCORED = {"_replace", "_fields", "_asdict", "_make", "_field_defaults", "_exit", "_getframe"}
 # nerfstudio's InputDataset keeps the mask files only there (nerfstudio's own code reads it so)
-NERFSTUDIO_PRIVATE = {("nerfstudio_jaxgs/checks.py", "_dataparser_outputs")}
+# and FullImageDatamanager undistorts only inside its `_load_images` (hooks.keep_fisheye_images)
+NERFSTUDIO_PRIVATE = {("nerfstudio_jaxgs/checks.py", "_dataparser_outputs"),
+                      ("nerfstudio_jaxgs/hooks.py", "_load_images")}
 
 
 def _private_reaches(package: str, root: Path = ROOT) -> list:
