@@ -160,7 +160,9 @@ def save_first_view(pipeline, path: Path) -> None:
     Image.fromarray((np.clip(both, 0, 1) * 255 + 0.5).astype(np.uint8)).save(path)
 
 
-def run(scene: str, data: Path, model, optimizers, steps: int, render_to=None) -> dict:
+def train(scene: str, data: Path, model, optimizers, steps: int):
+    """`ns-train jax-gs`'s path for `steps` steps: (the pipeline, steps/s after the first block,
+    the first block's seconds)."""
     from nerfstudio.data.datamanagers.full_images_datamanager import FullImageDatamanagerConfig
 
     from nerfstudio_jaxgs.pipeline import JaxGSPipelineConfig
@@ -176,11 +178,16 @@ def run(scene: str, data: Path, model, optimizers, steps: int, render_to=None) -
     while engine.step < steps:
         pipeline.train_block(min(engine.cfg.steps_per_block, steps - engine.step), steps)
     t2 = time.perf_counter()
+    return pipeline, (engine.step - engine.cfg.steps_per_block) / max(t2 - t1, 1e-9), t1 - t0
+
+
+def run(scene: str, data: Path, model, optimizers, steps: int, render_to=None) -> dict:
+    pipeline, steps_per_s, first_block_s = train(scene, data, model, optimizers, steps)
     metrics = pipeline.get_average_eval_image_metrics()
     if render_to is not None:
         save_first_view(pipeline, render_to)
-    return dict(metrics, gaussians=int(engine.state.gaussians.alive.sum()),
-                steps_per_s=(engine.step - engine.cfg.steps_per_block) / max(t2 - t1, 1e-9), first_block_s=t1 - t0)
+    return dict(metrics, gaussians=int(pipeline.engine.state.gaussians.alive.sum()), steps_per_s=steps_per_s,
+                first_block_s=first_block_s)
 
 
 def main():

@@ -284,30 +284,12 @@ def test_camera_resolution_scale_reaches_the_engine():
 
 
 def write_fisheye_scene(dst: Path, frames=12, coeffs=(0.12, 0.03, 0.0, 0.0)) -> tuple:
-    """An OPENCV_FISHEYE capture made from the fox: each fox image taken as a pinhole image
-    (intrinsics K) and redrawn through the fisheye model (same K, coefficients `coeffs`), as a
-    fisheye lens in the fox's pose would have seen it. Returns (K, the pinhole images by name)."""
-    import cv2
+    """An OPENCV_FISHEYE capture made from the fox (`benchmarks.captures.write_fisheye_capture`):
+    each fox image taken as a pinhole image (intrinsics K) and redrawn through the fisheye model
+    (same K, coefficients `coeffs`). Returns (K, the pinhole images by name)."""
+    from benchmarks.captures import write_fisheye_capture
 
-    meta = json.loads((FOX / "transforms.json").read_text())
-    for k in ("k1", "k2", "p1", "p2"):
-        meta.pop(k, None)
-    meta["frames"] = sorted(meta["frames"], key=lambda f: f["file_path"])[:frames]
-    w, h = meta["w"], meta["h"]
-    K = np.array([[meta["fl_x"], 0, meta["cx"]], [0, meta["fl_y"], meta["cy"]], [0, 0, 1.0]])
-    Kcv = K.copy()
-    Kcv[:2, 2] -= 0.5  # OpenCV's pixel centres are integers, nerfstudio's at +0.5
-    xs, ys = np.meshgrid(np.arange(w, dtype=np.float64), np.arange(h, dtype=np.float64))
-    fish = np.stack([xs, ys], -1).reshape(-1, 1, 2)
-    pin = cv2.fisheye.undistortPoints(fish, Kcv, np.array(coeffs), P=Kcv).reshape(h, w, 2).astype(np.float32)
-    (dst / "images").mkdir(parents=True)
-    originals = {}
-    for f in meta["frames"]:
-        src = cv2.imread(str(FOX / f["file_path"]))
-        originals[Path(f["file_path"]).name] = src[..., ::-1]
-        cv2.imwrite(str(dst / f["file_path"]), cv2.remap(src, pin[..., 0], pin[..., 1], cv2.INTER_LINEAR))
-    meta.update(camera_model="OPENCV_FISHEYE", k1=coeffs[0], k2=coeffs[1], k3=coeffs[2], k4=coeffs[3])
-    (dst / "transforms.json").write_text(json.dumps(meta))
+    K, originals, _ = write_fisheye_capture(FOX, dst, frames, coeffs)
     return K, originals
 
 
@@ -540,3 +522,25 @@ def test_init_ply_that_is_not_a_splat_stops_naming_it(tmp_path):
     bad.write_bytes(b"ply\nformat ascii 1.0\nelement vertex 1\nproperty float x\nend_header\n0\n")
     with pytest.raises(UserFacingError, match=str(bad)):
         _pipeline(NerfstudioDataParserConfig(data=FOX), init_ply=bad)
+
+
+def test_the_benchmarks_filled_fisheye_capture_sees_the_fox_in_every_pixel(tmp_path):
+    """`benchmarks/fisheye.py`'s capture: the fox undistorted, then redrawn through a KB4 fisheye whose
+    focal lengths leave no pixel outside the fox's image (the corners hold content, not black), as
+    wide as fits: its diagonal field of view is the fox's pinhole one."""
+    from PIL import Image
+
+    from benchmarks.captures import fisheye_pixels_to_pinhole, write_fisheye_capture
+    from benchmarks.fisheye import COEFFS, diagonal_fov
+
+    K_fish, originals, K = write_fisheye_capture(FOX, tmp_path, 2, COEFFS, fill=True)
+    meta = json.loads((tmp_path / "transforms.json").read_text())
+    w, h = meta["w"], meta["h"]
+    p = fisheye_pixels_to_pinhole(K_fish, COEFFS, w, h, K)
+    assert p[..., 0].min() >= 0.5 and p[..., 0].max() <= w - 0.5 and p[..., 1].min() >= 0.5 and p[..., 1].max() <= h - 0.5
+    assert max(p[..., 0].min(), w - p[..., 0].max(), p[..., 1].min(), h - p[..., 1].max()) < 1.0  # as wide as fits
+    for f in meta["frames"]:
+        image = np.asarray(Image.open(tmp_path / f["file_path"]))
+        assert image[:3, :3].max() > 0 and image[-3:, -3:].max() > 0 and image[:3, -3:].max() > 0
+    pinhole_fov = np.degrees(np.arctan(np.hypot(K[0, 2], K[1, 2]) / K[0, 0]) * 2)
+    assert abs(diagonal_fov(K_fish, COEFFS, w, h) - pinhole_fov) < 5  # the fisheye reaches the fox's corners
