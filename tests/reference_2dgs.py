@@ -1,0 +1,104 @@
+"""An independent dense float64 numpy renderer of 2D Gaussians (2DGS, Huang et al. 2024): every
+pixel's ray intersected with every disk, no tiles, no projection matrices.
+
+Written from the paper's rules, not from jax_backend's code:
+- a 2D Gaussian is a disk in 3D: centre p, tangent axes t_u = s_u R[:, 0], t_v = s_v R[:, 1]
+  (R from its quaternion; a third scale, if given, is ignored), normal R[:, 2];
+- a pixel's ray (centre at +0.5) meets the disk's plane at p + u t_u + v t_v = z (x', y', 1), with
+  x' = (px - cx) / fx, y' = (py - cy) / fy: solved as a 3x3 linear system for (u, v, z), z the
+  intersection's camera depth;
+- its weight is the larger of the disk's Gaussian exp(-(u^2 + v^2) / 2) and the screen-space
+  low-pass filter exp(-|x - c|^2 / (2 (sqrt(2)/2)^2)) around the disk centre's pixel c (the paper's
+  object-space low pass);
+- the disks are blended front to back in the order of their centres' depths with 3DGS's rules
+  (alpha = min(0.99, o w), skipped below 1/255, stopped before the transmittance falls under
+  1e-4); a disk whose plane holds the ray, or whose centre is behind the near plane, is skipped;
+- rendered: colour (or the intersection depth: "D", "ED" divides by alpha), the normals (each
+  disk's camera-space normal turned towards the camera, blended with the same weights), the depth
+  distortion sum_ij w_i w_j |z_i - z_j| over each pixel's intersections, and the median depth (the
+  intersection depth where the transmittance first falls to 0.5 or below; the last one's when it
+  never does, zero where nothing is hit).
+"""
+import numpy as np
+
+from reference import rotmat, sh_color
+
+
+def render(means, quats, scales, opacities, colors, viewmat, K, width, height, *, sh_degree=None, background=None,
+           near_plane=0.01, render_mode="RGB"):
+    """One camera: dict(image [H,W,ch], alpha [H,W], normals [H,W,3] (camera space), distortion
+    [H,W], median [H,W])."""
+    means, quats, scales, opacities, colors = (np.asarray(a, np.float64) for a in (means, quats, scales, opacities, colors))
+    viewmat, K = np.asarray(viewmat, np.float64), np.asarray(K, np.float64)
+    R, t = viewmat[:3, :3], viewmat[:3, 3]
+    campos = -R.T @ t
+    fx, fy, cx, cy = K[0, 0], K[1, 1], K[0, 2], K[1, 2]
+    ys, xs = np.mgrid[0:height, 0:width]
+    px, py = xs + 0.5, ys + 0.5
+    rays = np.stack([(px - cx) / fx, (py - cy) / fy, np.ones_like(px, dtype=np.float64)], -1)  # [H,W,3]
+    base = 3 if sh_degree is not None else colors.shape[-1]
+    ch = {"RGB": base, "D": 1, "ED": 1, "RGB+D": base + 1, "RGB+ED": base + 1}[render_mode]
+
+    items = []
+    for i in range(len(means)):
+        pc = R @ means[i] + t
+        if pc[2] <= near_plane:
+            continue
+        Rq = R @ rotmat(quats[i])
+        tu, tv, normal = Rq[:, 0] * scales[i][0], Rq[:, 1] * scales[i][1], Rq[:, 2]
+        if normal @ pc > 0:  # facing the camera
+            normal = -normal
+        A = np.stack([tu, tv, np.zeros(3)], -1)  # columns t_u, t_v, -ray (set per pixel)
+        mats = np.broadcast_to(A, rays.shape[:2] + (3, 3)).copy()
+        mats[..., :, 2] = -rays
+        det = np.linalg.det(mats)
+        ok = np.abs(det) > 1e-12 * max(1.0, np.linalg.norm(tu) * np.linalg.norm(tv))
+        mats[~ok] = np.eye(3)
+        uvz = np.linalg.solve(mats, np.broadcast_to(-pc, rays.shape[:2] + (3,))[..., None])[..., 0]
+        u, v, z = uvz[..., 0], uvz[..., 1], uvz[..., 2]
+        mx, my = fx * pc[0] / pc[2] + cx, fy * pc[1] / pc[2] + cy
+        exponent = np.minimum(0.5 * (u * u + v * v), (px - mx) ** 2 + (py - my) ** 2)
+        weight = np.where(ok, np.exp(-exponent), 0.0)
+        z = np.where(ok, z, pc[2])
+        col = sh_color(colors[i][: (sh_degree + 1) ** 2], means[i] - campos, sh_degree) if sh_degree is not None \
+            else colors[i]
+        items.append((pc[2], i, opacities[i], weight, z, col, normal))
+    items.sort(key=lambda it: (it[0], it[1]))
+
+    img = np.zeros((height, width, ch))
+    normals = np.zeros((height, width, 3))
+    T = np.ones((height, width))
+    done = np.zeros((height, width), bool)
+    hits = []  # each disk's (blend weight, intersection depth) per pixel
+    median = np.zeros((height, width))
+    median_set = np.zeros((height, width), bool)
+    for _, _, o, weight, z, col, normal in items:
+        alpha = np.minimum(0.99, o * weight)
+        blend = (~done) & (alpha >= 1 / 255)
+        nT = T * (1 - alpha)
+        stop = blend & (nT < 1e-4)
+        blend &= ~stop
+        w = np.where(blend, alpha * T, 0.0)
+        feat = {"RGB": np.broadcast_to(col, (height, width, base)), "D": z[..., None], "ED": z[..., None]}
+        feat["RGB+D"] = feat["RGB+ED"] = np.concatenate([feat["RGB"], z[..., None]], -1)
+        img += w[..., None] * feat[render_mode]
+        normals += w[..., None] * normal
+        hits.append((w, z))
+        first = blend & ~median_set & (nT <= 0.5)
+        median = np.where(blend & ~median_set, z, median)
+        median_set |= first
+        T = np.where(blend, nT, T)
+        done |= stop
+    distortion = np.zeros((height, width))  # over all ordered pairs, as the paper's double sum
+    for wi, zi in hits:
+        for wj, zj in hits:
+            distortion += wi * wj * np.abs(zi - zj)
+    if background is not None:
+        bg = np.zeros(ch)
+        bg[: len(background)] = background
+        img += T[..., None] * bg
+    alpha_img = 1 - T
+    if render_mode.endswith("ED"):
+        img[..., -1] /= np.maximum(alpha_img, 1e-10)
+    return dict(image=img, alpha=alpha_img, normals=normals, distortion=distortion, median=median)
+
