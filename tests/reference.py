@@ -165,11 +165,18 @@ def render(means, quats, scales, opacities, colors, viewmat, K, width, height, *
         img += np.where(blend, alpha * T, 0)[..., None] * feat
         T = np.where(blend, nT, T)
         done |= stop
+    img, alpha_img = finish(img, T, background, render_mode)
+    return (img, alpha_img, margin) if return_margin else (img, alpha_img)
+
+
+def finish(img, T, background, render_mode):
+    """After the blend: the background behind what is left of the transmittance T, alpha = 1 - T,
+    and "ED"'s depth divided by alpha. -> (image, alpha)."""
     if background is not None:
-        bg = np.zeros(ch)
+        bg = np.zeros(img.shape[-1])
         bg[: len(background)] = background
-        img += T[..., None] * bg
+        img = img + T[..., None] * bg
     alpha_img = 1 - T
     if render_mode.endswith("ED"):
         img[..., -1] /= np.maximum(alpha_img, 1e-10)
-    return (img, alpha_img, margin) if return_margin else (img, alpha_img)
+    return img, alpha_img

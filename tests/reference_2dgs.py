@@ -21,7 +21,7 @@ Written from the paper's rules, not from jax_backend's code:
 """
 import numpy as np
 
-from reference import rotmat, sh_color
+from reference import finish, rotmat, sh_color
 
 
 def render(means, quats, scales, opacities, colors, viewmat, K, width, height, *, sh_degree=None, background=None,
@@ -93,12 +93,6 @@ def render(means, quats, scales, opacities, colors, viewmat, K, width, height, *
     for wi, zi in hits:
         for wj, zj in hits:
             distortion += wi * wj * np.abs(zi - zj)
-    if background is not None:
-        bg = np.zeros(ch)
-        bg[: len(background)] = background
-        img += T[..., None] * bg
-    alpha_img = 1 - T
-    if render_mode.endswith("ED"):
-        img[..., -1] /= np.maximum(alpha_img, 1e-10)
+    img, alpha_img = finish(img, T, background, render_mode)
     return dict(image=img, alpha=alpha_img, normals=normals, distortion=distortion, median=median)
 
