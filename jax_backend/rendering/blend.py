@@ -15,7 +15,7 @@ better than a trailing axis of 3 or 6 (measured: the backward step is ~6x faster
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import jax.numpy as jnp
 
@@ -178,6 +178,44 @@ def gradient_rows(n: int, ch: int):
     return jnp.zeros((n, GEOM + ch + 2), jnp.float32)
 
 
-def split_rows(acc, ch: int):
-    """[N, GEOM + ch + 2] rows -> (d geom [N, GEOM], d features [N, ch], |d means2d| [N, 2])."""
-    return acc[:, :GEOM], acc[:, GEOM: GEOM + ch], acc[:, GEOM + ch:]
+def split_rows(acc, ch: int, geom: int = GEOM):
+    """[N, geom + ch + 2] rows -> (d geom [N, geom], d features [N, ch], |d means2d| [N, 2])."""
+    return acc[:, :geom], acc[:, geom: geom + ch], acc[:, geom + ch:]
+
+
+def initial_back(cot: PixelCotangents, behind0) -> BackState:
+    """Back-to-front state behind the last Gaussian: the final transmittance, `behind0` behind it."""
+    return BackState(T=cot.T_final, behind=behind0)
+
+
+class BlendRule(NamedTuple):
+    """How one kind of splat is blended into pixels: what the rasterizers walk every tile's list
+    with. The rasterizers (flat, standard, pallas) are walks over the tiles' lists and know nothing
+    of the splat: each reads the rule from its config (`CompositeConfig.rule`). Two rules exist:
+    this module's `GAUSSIAN_RULE` (3DGS's EWA-projected Gaussians) and `blend_surfel.SURFEL_RULE`
+    (2DGS's disks, ray-disk intersections).
+
+    Per-pixel states (`initial_state`'s, `initial_back`'s) and cotangents are NamedTuples whose
+    leaves are [..., T, P] (a channel axis first where there is one): any subset of tiles, taken
+    on the second-to-last axis, is again a state."""
+
+    geom_rows: tuple  # names of a splat's packed screen parameters, the rows of `geom`
+    initial_state: Callable  # (inside [...] bool, ch, per_channel=False) -> forward state (`T`, `color`, `last`, `done` ...)
+    forward: Callable  # (state, Pixels, Splat) -> state
+    initial_back: Callable  # (cotangents, behind0 [ch, ...]) -> back-to-front state
+    backward: Callable  # (back state, Pixels, Splat, cotangents) -> (back state, PixelGrads)
+
+    @property
+    def geom(self) -> int:
+        return len(self.geom_rows)
+
+    def gradient_rows(self, n: int, ch: int):
+        """Zeroed per-splat accumulator of `sum_pixels` rows: [n, geom + ch + 2]."""
+        return jnp.zeros((n, self.geom + ch + 2), jnp.float32)
+
+    def split_rows(self, acc, ch: int):
+        """[N, geom + ch + 2] rows -> (d geom, d features, |d means2d|)."""
+        return split_rows(acc, ch, self.geom)
+
+
+GAUSSIAN_RULE = BlendRule(GEOM_ROWS, initial_state, blend_forward, initial_back, blend_backward)

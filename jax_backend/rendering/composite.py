@@ -1,5 +1,6 @@
-"""`composite`: one camera's binned Gaussians blended into an image, as a `jax.custom_vjp` whose
-forward and backward are those of the rasterizer named in its config (see `RASTERIZERS`)."""
+"""`composite`: one camera's binned splats blended into an image, as a `jax.custom_vjp` whose
+forward and backward are those of the rasterizer named in its config (see `RASTERIZERS`), walking
+the tiles with the config's blend rule (`Splatting`: 3DGS's Gaussians or 2DGS's surfels)."""
 from __future__ import annotations
 
 from functools import partial
@@ -10,7 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..layout import Layout
-from .blend import PixelCotangents
+from .blend import GAUSSIAN_RULE, BlendRule, PixelCotangents
+from .blend_surfel import SURFEL_RULE, SurfelCotangents
 from .rasterize_flat import flat_backward, flat_forward
 from .rasterize_pallas import pallas_backward, pallas_forward
 from .rasterize_standard import standard_backward, standard_forward
@@ -21,8 +23,8 @@ from .tiles import TileGrid, TileLists, all_tiles, image_to_tiles, tiles_to_imag
 class Rasterizer(NamedTuple):
     """A rasterizer's two walks over the tile lists (signatures of `rasterize_flat`'s)."""
 
-    forward: Callable  # (cfg, geom [GEOM,N], feats [ch,N], ids, Tiles) -> BlendState (tile layout)
-    backward: Callable  # (cfg, geom, feats, ids, Tiles, PixelCotangents, behind0) -> (d geom, d feats, |d means2d|)
+    forward: Callable  # (cfg, geom [GEOM,N], feats [ch,N], ids, Tiles) -> the rule's state (tile layout)
+    backward: Callable  # (cfg, geom, feats, ids, Tiles, the rule's cotangents, behind0) -> (d geom, d feats, |d means2d|)
 
 
 RASTERIZERS = {
@@ -63,6 +65,68 @@ class RasterizerOptions(NamedTuple):
     tile_batch: int = 0  # standard: tiles vmapped together (0: all)
 
 
+class Splatting(NamedTuple):
+    """What a kind of splat adds to the tile walks: its blend rule, the per-pixel maps its forward
+    returns besides the features, and how a screen shift (the means2d probe) moves its packed
+    parameters."""
+
+    rule: BlendRule
+    maps: Callable  # (state, background [ch]) -> (features [ch, T, P], alpha [T, P], extra maps [T, P]...)
+    cotangents: Callable  # (state residuals, cotangents of the maps in the tile layout) -> the rule's cotangents
+    residuals: Callable  # state -> what the backward keeps of it
+    shifted: Callable  # (geom [N, GEOM], probe [N, 2]) -> geom with the splats moved by probe on screen
+    unshift: Callable  # (d geom at shifted, geom, probe) -> (d geom, d probe)
+
+
+def _gaussian_maps(state, background):
+    return state.color + state.T * background[:, None, None], 1.0 - state.T
+
+
+def _gaussian_cotangents(res, cot):
+    last, T_final = res
+    return PixelCotangents(last, T_final, jnp.moveaxis(cot[0], -1, 0), cot[1])
+
+
+def _gaussian_unshift(d_geom, geom, probe):
+    return d_geom, d_geom[:, :2]
+
+
+GAUSSIANS = Splatting(GAUSSIAN_RULE, _gaussian_maps, _gaussian_cotangents, lambda st: (st.last, st.T),
+                      lambda geom, probe: geom.at[:, :2].add(probe), _gaussian_unshift)
+
+
+def _surfel_maps(state, background):
+    """Features, alpha, depth (sum w z), distortion and median depth."""
+    return (state.color + state.T * background[:, None, None], 1.0 - state.T, state.depth, state.distort,
+            state.median)
+
+
+def _surfel_cotangents(res, cot):
+    last, T_final, depth, median_last = res
+    return SurfelCotangents(last, T_final, depth, median_last, jnp.moveaxis(cot[0], -1, 0), *cot[1:])
+
+
+def _surfel_shifted(geom, probe):
+    """Moving a surfel's footprint by d on screen: m0 += d_x m2, m1 += d_y m2, its centre's pixel
+    += d (`blend_surfel`'s rows)."""
+    m2 = geom[:, 6:9]
+    return jnp.concatenate([geom[:, 0:3] + probe[:, :1] * m2, geom[:, 3:6] + probe[:, 1:] * m2, m2,
+                            geom[:, 9:11] + probe, geom[:, 11:]], -1)
+
+
+def _surfel_unshift(d_geom, geom, probe):
+    """The transpose of `_surfel_shifted` at (geom, probe)."""
+    m2 = geom[:, 6:9]
+    d0, d1 = d_geom[:, 0:3], d_geom[:, 3:6]
+    d_m2 = d_geom[:, 6:9] + probe[:, :1] * d0 + probe[:, 1:] * d1
+    d_probe = jnp.stack([jnp.sum(d0 * m2, -1), jnp.sum(d1 * m2, -1)], -1) + d_geom[:, 9:11]
+    return jnp.concatenate([d0, d1, d_m2, d_geom[:, 9:]], -1), d_probe
+
+
+SURFELS = Splatting(SURFEL_RULE, _surfel_maps, _surfel_cotangents,
+                    lambda st: (st.last, st.T, st.depth, st.median_last), _surfel_shifted, _surfel_unshift)
+
+
 class CompositeConfig(NamedTuple):
     """Static settings of one compositing call (hashable: part of the jit cache key)."""
 
@@ -71,37 +135,45 @@ class CompositeConfig(NamedTuple):
     options: RasterizerOptions
     absgrad: bool  # the means2d probe receives sum |dL/dmeans2d| instead of dL/dmeans2d
     layout: Layout  # the devices it is built for; the tiles are dealt over `layout.tile_devices` (`tile_parallel`)
+    splatting: Splatting = GAUSSIANS  # what is splatted: GAUSSIANS (3DGS) or SURFELS (2DGS)
+
+    @property
+    def rule(self) -> BlendRule:
+        """The blend rule the rasterizers walk the tiles with."""
+        return self.splatting.rule
 
 
 @partial(jax.custom_vjp, nondiff_argnums=(0,))
 def composite(cfg: CompositeConfig, geom, feats, background, probe, lists: TileLists):
-    """Render one camera's binned Gaussians.
+    """Render one camera's binned splats.
 
     Args:
-      cfg: static settings; `cfg.rasterizer` picks the implementation.
-      geom: [N, GEOM] packed screen parameters (mean x, y, conic a, b, c, opacity).
-      feats: [N, ch] features to blend (colours, depth).
+      cfg: static settings; `cfg.rasterizer` picks the implementation, `cfg.splatting` the splats.
+      geom: [N, GEOM] packed screen parameters (the rule's `geom_rows`: for Gaussians mean x, y, the
+        conic's blend form, opacity).
+      feats: [N, ch] features to blend (colours, depth; a surfel's normal).
       background: [ch] features behind everything.
-      probe: [N, 2] added to the means; its cotangent is dL/dmeans2d, or with `cfg.absgrad` the
-        sum over pixels of |dL/dmeans2d|.
+      probe: [N, 2] a screen shift of each splat (zeros); its cotangent is dL/dmeans2d, or with
+        `cfg.absgrad` the sum over pixels of |dL/dmeans2d|.
       lists: the binning's per-tile lists (no cotangent).
 
     Returns:
-      (image [H, W, ch], alpha [H, W]).
+      (image [H, W, ch], alpha [H, W]) for Gaussians; surfels add their depth (sum w z),
+      distortion and median depth, each [H, W].
     """
     out, _ = _composite_fwd(cfg, geom, feats, background, probe, lists)
     return out
 
 
 def _composite_fwd(cfg, geom, feats, background, probe, lists):
-    geom_cf = (geom.at[:, :2].add(probe)).T  # channel first: [GEOM, N]
+    kind = cfg.splatting
+    geom_cf = kind.shifted(geom, probe).T  # channel first: [GEOM, N]
     feats_cf = feats.T  # [ch, N]
     state = dealt_forward(get_rasterizer(cfg.rasterizer).forward, cfg, geom_cf, feats_cf, lists.ids,
                           all_tiles(lists, cfg.grid), cfg.layout)
-    color = state.color + state.T * background[:, None, None]  # [ch, T, P]
-    image = tiles_to_image(jnp.moveaxis(color, 0, -1), cfg.grid)
-    out = (image, tiles_to_image(1.0 - state.T, cfg.grid))
-    res = (geom_cf, feats_cf, background, lists, state.last, state.T)
+    color, *maps = kind.maps(state, background)  # [ch, T, P], then [T, P] each
+    out = (tiles_to_image(jnp.moveaxis(color, 0, -1), cfg.grid),) + tuple(tiles_to_image(m, cfg.grid) for m in maps)
+    res = (geom, probe, geom_cf, feats_cf, background, lists, kind.residuals(state))
     return out, res
 
 
@@ -110,16 +182,16 @@ def _float0_like(x):
 
 
 def _composite_bwd(cfg, res, cot):
-    geom_cf, feats_cf, background, lists, last, T_final = res
-    dC = jnp.moveaxis(image_to_tiles(cot[0], cfg.grid), -1, 0)  # [ch, T, P]
-    dA = image_to_tiles(cot[1], cfg.grid)
-    behind0 = T_final * background[:, None, None]
+    geom, probe, geom_cf, feats_cf, background, lists, kept = res
+    kind = cfg.splatting
+    cot = tuple(image_to_tiles(c, cfg.grid) for c in cot)  # [T, P, ch], then [T, P] each
+    pixel_cot = kind.cotangents(kept, cot)
+    behind0 = pixel_cot.T_final * background[:, None, None]
     d_geom, d_feats, d_abs = dealt_backward(get_rasterizer(cfg.rasterizer).backward, cfg, geom_cf, feats_cf, lists.ids,
-                                            all_tiles(lists, cfg.grid), PixelCotangents(last, T_final, dC, dA),
-                                            behind0, cfg.layout)
-    d_background = jnp.sum(T_final * dC, axis=(1, 2))
-    d_probe = d_abs if cfg.absgrad else d_geom[:, :2]
-    return d_geom, d_feats, d_background, d_probe, jax.tree_util.tree_map(_float0_like, lists)
+                                            all_tiles(lists, cfg.grid), pixel_cot, behind0, cfg.layout)
+    d_background = jnp.sum(pixel_cot.T_final * pixel_cot.dC, axis=(1, 2))
+    d_geom, d_probe = kind.unshift(d_geom, geom, probe)
+    return d_geom, d_feats, d_background, d_abs if cfg.absgrad else d_probe, jax.tree_util.tree_map(_float0_like, lists)
 
 
 composite.defvjp(_composite_fwd, _composite_bwd)

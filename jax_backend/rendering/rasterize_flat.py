@@ -19,8 +19,7 @@ import jax
 import jax.numpy as jnp
 
 
-from .blend import (BackState, BlendState, PixelCotangents, Splat, blend_backward, blend_forward, gradient_rows,
-                    initial_state, split_rows, sum_pixels)
+from .blend import Splat, sum_pixels
 from .tiles import Pixels, Tiles, group_tiles, ungroup_tiles
 
 
@@ -76,7 +75,7 @@ def _ungrouped(x, inverse, num_tiles: int, axis: int):
     return x if inverse is None else jnp.take(x, inverse, axis=axis)
 
 
-def _forward_tiles(B, geom, feats, ids, start, length, px: Pixels, inside) -> BlendState:
+def _forward_tiles(rule, B, geom, feats, ids, start, length, px: Pixels, inside):
     def cond(carry):
         k, st = carry
         return jnp.any((k * B < length) & ~jnp.all(st.done, axis=1))
@@ -84,23 +83,24 @@ def _forward_tiles(B, geom, feats, ids, start, length, px: Pixels, inside) -> Bl
     def body(carry):
         k, st = carry
         _, steps = _gather_chunk(k, B, geom, feats, ids, start, length)
-        st, _ = jax.lax.scan(lambda s, splat: (blend_forward(s, px, splat), None), st, steps)
+        st, _ = jax.lax.scan(lambda s, splat: (rule.forward(s, px, splat), None), st, steps)
         return k + 1, st
 
-    return jax.lax.while_loop(cond, body, (jnp.int32(0), initial_state(inside, feats.shape[0])))[1]
+    return jax.lax.while_loop(cond, body, (jnp.int32(0), rule.initial_state(inside, feats.shape[0])))[1]
 
 
-def flat_forward(cfg, geom, feats, ids, tiles: Tiles) -> BlendState:
+def flat_forward(cfg, geom, feats, ids, tiles: Tiles):
     """Front-to-back blend of every tile's list.
 
     Args:
-      cfg: `CompositeConfig` (its options' chunk and groups).
-      geom: [GEOM, N] packed screen parameters; feats: [ch, N].
+      cfg: `CompositeConfig` (its blend rule, its options' chunk and groups).
+      geom: [GEOM, N] packed screen parameters (the rule's rows); feats: [ch, N].
       ids: [M] the binning's sorted Gaussian ids.
       tiles: the tiles to render (`Tiles`, T of them).
 
     Returns:
-      `BlendState` in the tile layout: T, last, done [T, S*S], color [ch, T, S*S].
+      the rule's per-pixel state in the tile layout (`BlendState`'s: T, last, done [T, S*S], color
+      [ch, T, S*S]).
 
     The groups are equal (the last padded with empty tiles) and walked one after another by one
     loop (`lax.map`): one loop body to compile, whatever the number of groups.
@@ -112,14 +112,14 @@ def flat_forward(cfg, geom, feats, ids, tiles: Tiles) -> BlendState:
 
     def group(args):
         start, length, x, y, inside = args
-        return _forward_tiles(cfg.options.chunk, geom, feats, ids, start, length, Pixels(x, y), inside)
+        return _forward_tiles(cfg.rule, cfg.options.chunk, geom, feats, ids, start, length, Pixels(x, y), inside)
 
     state = jax.lax.map(group, per_tile)  # [groups, ..., size, S*S]
     inverse = None if order is None else jnp.argsort(order)  # once for every field of the state
     return jax.tree_util.tree_map(lambda x: _ungrouped(x, inverse, t, x.ndim - 3), state)  # tile axis: -2
 
 
-def _backward_tiles(B, acc, geom, feats, ids, start, length, px: Pixels, cot: PixelCotangents, behind0):
+def _backward_tiles(rule, B, acc, geom, feats, ids, start, length, px: Pixels, cot, behind0):
     num_chunks = (jnp.max(cot.last, initial=0) + B - 1) // B
 
     def body(carry):
@@ -130,7 +130,7 @@ def _backward_tiles(B, acc, geom, feats, ids, start, length, px: Pixels, cot: Pi
         def step(carry, x):
             s, acc = carry
             splat, gid_at = x
-            s, grads = blend_backward(s, px, splat, cot)
+            s, grads = rule.backward(s, px, splat, cot)
             # the T tiles' rows of this list position into the per-Gaussian sums: a scatter of T
             # rows per step, not one of B x T per chunk (for TPU, XLA compiles a scatter-add of
             # 24,576 rows with repeated ids around a hidden sort, 10 s to generate; of 768, none)
@@ -139,16 +139,21 @@ def _backward_tiles(B, acc, geom, feats, ids, start, length, px: Pixels, cot: Pi
         (st, acc), _ = jax.lax.scan(step, (st, acc), (steps, gid.T), reverse=True)
         return k, st, acc
 
-    init = (num_chunks, BackState(T=cot.T_final, behind=behind0), acc)
+    init = (num_chunks, rule.initial_back(cot, behind0), acc)
     return jax.lax.while_loop(lambda c: c[0] > 0, body, init)[2]
 
 
-def flat_backward(cfg, geom, feats, ids, tiles: Tiles, cot: PixelCotangents, behind0):
+def _tile_axis(x):  # per-pixel arrays in the tile layout: [..., T, S*S]
+    return x.ndim - 2
+
+
+def flat_backward(cfg, geom, feats, ids, tiles: Tiles, cot, behind0):
     """Back-to-front walk of every tile's list.
 
     Args:
       cfg, geom, feats, ids, tiles: as `flat_forward`.
-      cot: per-pixel forward residuals and output cotangents, tile layout.
+      cot: per-pixel forward residuals and output cotangents, tile layout (the rule's:
+        `blend.PixelCotangents` for 3DGS).
       behind0: [ch, T, S*S] what lies behind the last Gaussian (T_final * background).
 
     Returns:
@@ -158,15 +163,14 @@ def flat_backward(cfg, geom, feats, ids, tiles: Tiles, cot: PixelCotangents, beh
     the per-Gaussian sums carried from group to group.
     """
     ch, n = feats.shape
+    rule = cfg.rule
     order, size = _grouping(cfg.options.groups, jnp.max(cot.last, axis=1), cfg.layout.platform)
-    per_tile = [_grouped(a, order, size) for a in (tiles.start, tiles.end - tiles.start, tiles.px.x, tiles.px.y,
-                                                   cot.last, cot.T_final, cot.dA)]
-    per_ch = [_grouped(a, order, size, axis=1) for a in (behind0, cot.dC)]
+    per_tile = [_grouped(a, order, size) for a in (tiles.start, tiles.end - tiles.start, tiles.px.x, tiles.px.y)]
+    per_pixel = jax.tree_util.tree_map(lambda a: _grouped(a, order, size, axis=_tile_axis(a)), (cot, behind0))
 
     def group(acc, args):
-        (s, length, x, y, last, T_final, dA), (b0, dC) = args
-        return _backward_tiles(cfg.options.chunk, acc, geom, feats, ids, s, length, Pixels(x, y),
-                               PixelCotangents(last, T_final, dC, dA), b0), None
+        (s, length, x, y), (c, b0) = args
+        return _backward_tiles(rule, cfg.options.chunk, acc, geom, feats, ids, s, length, Pixels(x, y), c, b0), None
 
-    acc, _ = jax.lax.scan(group, gradient_rows(n, ch), (per_tile, per_ch))
-    return split_rows(acc, ch)
+    acc, _ = jax.lax.scan(group, rule.gradient_rows(n, ch), (per_tile, per_pixel))
+    return rule.split_rows(acc, ch)

@@ -25,8 +25,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
-from .blend import (GEOM, BackState, BlendState, PixelCotangents, Splat, blend_backward, blend_forward,
-                    gradient_rows, initial_state, split_rows)
+from .blend import GAUSSIAN_RULE, Splat
 from .binning import next_pow2
 from .tiles import Pixels, Tiles
 
@@ -64,10 +63,35 @@ def _table(geom, feats):
     return jnp.concatenate([geom, feats], 0).T
 
 
-def _load(table_ref, gid, ch: int):
-    """Gaussian `gid`'s packed parameters and features, as tuples of scalars."""
-    row = tuple(table_ref[gid, k] for k in range(GEOM + ch))
-    return row[:GEOM], row[GEOM:]
+def _load(table_ref, gid, geom: int, ch: int):
+    """Gaussian `gid`'s `geom` packed parameters and `ch` features, as tuples of scalars."""
+    row = tuple(table_ref[gid, k] for k in range(geom + ch))
+    return row[:geom], row[geom:]
+
+
+def _planes(tree):
+    """A per-pixel pytree (leaves [..., T, P], a channel axis first where there is one) as a list of
+    [T, P] planes, and how to put them back (`_unplanes`). Pallas blocks carry one plane each
+    (an axis of 3 channels is not a legal Triton block)."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    planes = [x[c] if x.ndim == 3 else x for x in leaves for c in range(x.shape[0] if x.ndim == 3 else 1)]
+    return planes, (treedef, [x.shape[0] if x.ndim == 3 else 0 for x in leaves])
+
+
+def _unplanes(planes, how, stacked: bool):
+    """Inverse of `_planes`: channel entries stacked ([ch, ...]) or, `stacked` False, as tuples of
+    planes (a kernel's per-channel layout, `blend.scaled`)."""
+    treedef, chans = how
+    leaves, i = [], 0
+    for c in chans:
+        if c:
+            part = tuple(planes[i:i + c])
+            leaves.append(jnp.stack(part) if stacked else part)
+            i += c
+        else:
+            leaves.append(planes[i])
+            i += 1
+    return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
 def _row_spec(p2: int):
@@ -80,12 +104,11 @@ def _whole():
     return _pallas().BlockSpec()
 
 
-def _forward_kernel(ch, start_ref, end_ref, ids_ref, table_ref, x_ref, y_ref, inside_ref, T_ref, last_ref, done_ref,
-                    *color_refs):
+def _forward_kernel(rule, ch, how, start_ref, end_ref, ids_ref, table_ref, x_ref, y_ref, inside_ref, *out_refs):
     t = _pallas().program_id(0)
     start, length = start_ref[t], end_ref[t] - start_ref[t]
     px = Pixels(x_ref[...], y_ref[...])
-    st = initial_state(inside_ref[...] != 0, ch, per_channel=True)
+    st = rule.initial_state(inside_ref[...] != 0, ch, per_channel=True)
 
     def cond(carry):
         p, st = carry
@@ -93,38 +116,37 @@ def _forward_kernel(ch, start_ref, end_ref, ids_ref, table_ref, x_ref, y_ref, in
 
     def body(carry):
         p, st = carry
-        g, f = _load(table_ref, ids_ref[start + p], ch)
-        return p + 1, blend_forward(st, px, Splat(g, f, p, True))
+        g, f = _load(table_ref, ids_ref[start + p], rule.geom, ch)
+        return p + 1, rule.forward(st, px, Splat(g, f, p, True))
 
     _, st = jax.lax.while_loop(cond, body, (jnp.int32(0), st))
-    T_ref[...] = st.T
-    last_ref[...] = st.last
-    done_ref[...] = st.done.astype(jnp.int32)
-    for ref, c in zip(color_refs, st.color):
-        ref[...] = c
+    for ref, x in zip(out_refs, jax.tree_util.tree_leaves(st)):  # per-channel entries are tuples: one plane each
+        ref[...] = x.astype(ref.dtype)
 
 
-def pallas_forward(cfg, geom, feats, ids, tiles: Tiles) -> BlendState:
+def pallas_forward(cfg, geom, feats, ids, tiles: Tiles):
     """Front-to-back blend, one kernel program per tile. Arguments and result as
     `rasterize_flat.flat_forward` (cfg's flat and standard options are not used)."""
     pl = _pallas()
+    rule = cfg.rule
     ch = feats.shape[0]
     num_tiles, p = tiles.px.x.shape
     x, y, inside = _padded(tiles.px.x), _padded(tiles.px.y), _padded(tiles.inside.astype(jnp.int32))
     p2 = x.shape[1]
-    rows = jax.ShapeDtypeStruct((num_tiles, p2), jnp.float32)
-    ints = jax.ShapeDtypeStruct((num_tiles, p2), jnp.int32)
+    # the state's planes and their types (booleans travel as int32)
+    planes, how = _planes(rule.initial_state(jnp.zeros((num_tiles, p2), jnp.bool_), ch))  # only shapes are read
+    kinds = [jnp.int32 if a.dtype == jnp.bool_ else a.dtype for a in planes]
     out = pl.pallas_call(
-        partial(_forward_kernel, ch),
+        partial(_forward_kernel, rule, ch, how),
         grid=(num_tiles,),
         in_specs=[_whole()] * 4 + [_row_spec(p2)] * 3,
-        out_specs=[_row_spec(p2)] * (3 + ch),
-        out_shape=[rows, ints, ints] + [rows] * ch,
+        out_specs=[_row_spec(p2)] * len(planes),
+        out_shape=[jax.ShapeDtypeStruct((num_tiles, p2), k) for k in kinds],
         **_lowering(cfg.layout.platform),
         name="jaxgs_composite_forward",
     )(tiles.start, tiles.end, ids, _table(geom, feats), x, y, inside)
-    T, last, done, *color = (o[:, :p] for o in out)
-    return BlendState(T=T, color=jnp.stack(color), last=last, done=done != 0)
+    out = [(o[:, :p] != 0) if a.dtype == jnp.bool_ else o[:, :p] for o, a in zip(out, planes)]
+    return _unplanes(out, how, stacked=True)
 
 
 def add_atomic(acc_ref, gid, slot, k, value):
@@ -141,39 +163,39 @@ def add_atomic(acc_ref, gid, slot, k, value):
     pltriton.atomic_add(acc_ref, (gid, jnp.int32(k)), value)
 
 
-def _backward_kernel(ch, add, start_ref, ids_ref, table_ref, x_ref, y_ref, last_ref, T_ref, dA_ref, *refs):
-    dC_refs, behind_refs, (acc_in_ref, acc_ref) = refs[:ch], refs[ch:2 * ch], refs[2 * ch:]
+def _backward_kernel(rule, ch, add, how, n_pixel, start_ref, ids_ref, table_ref, x_ref, y_ref, *refs):
+    pixel_refs, (acc_in_ref, acc_ref) = refs[:n_pixel], refs[n_pixel:]
     del acc_in_ref  # aliased to acc_ref: the zeros the sums are added to
     t = _pallas().program_id(0)
     start = start_ref[t]
     px = Pixels(x_ref[...], y_ref[...])
-    last = last_ref[...]
-    cot = PixelCotangents(last, T_ref[...], tuple(r[...] for r in dC_refs), dA_ref[...])
+    cot, behind0 = _unplanes([r[...] for r in pixel_refs], how, stacked=False)
 
     def body(carry):
         p, st = carry
         p = p - 1
         gid = ids_ref[start + p]
-        g, f = _load(table_ref, gid, ch)
-        st, grads = blend_backward(st, px, Splat(g, f, p, True), cot)
-        sums = [jnp.sum(v) for v in grads.geom + grads.feats + grads.abs_means]  # blend.gradient_rows order
+        g, f = _load(table_ref, gid, rule.geom, ch)
+        st, grads = rule.backward(st, px, Splat(g, f, p, True), cot)
+        sums = [jnp.sum(v) for v in grads.geom + grads.feats + grads.abs_means]  # the rule's gradient_rows order
         for k, v in enumerate(sums):  # other tiles' programs add into the same row at the same time
             add(acc_ref, gid, start + p, k, v)
         return p, st
 
-    init = (jnp.max(last), BackState(T=cot.T_final, behind=tuple(r[...] for r in behind_refs)))
+    init = (jnp.max(cot.last), rule.initial_back(cot, behind0))
     jax.lax.while_loop(lambda c: c[0] > 0, body, init)
 
 
-def pallas_backward(cfg, geom, feats, ids, tiles: Tiles, cot: PixelCotangents, behind0):
+def pallas_backward(cfg, geom, feats, ids, tiles: Tiles, cot, behind0):
     """Back-to-front walk, one kernel program per tile; the per-Gaussian sums added atomically into
     one [N, GEOM + ch + 2] output. Arguments and result as `rasterize_flat.flat_backward`."""
     ch, n = feats.shape
-    return split_rows(backward_call(geom, feats, ids, tiles, cot, behind0, add_atomic, gradient_rows(n, ch),
-                                    cfg.layout.platform), ch)
+    rule = cfg.rule
+    return rule.split_rows(backward_call(geom, feats, ids, tiles, cot, behind0, add_atomic, rule.gradient_rows(n, ch),
+                                         cfg.layout.platform, rule), ch)
 
 
-def backward_call(geom, feats, ids, tiles: Tiles, cot: PixelCotangents, behind0, add, zeros, platform: str):
+def backward_call(geom, feats, ids, tiles: Tiles, cot, behind0, add, zeros, platform: str, rule=GAUSSIAN_RULE):
     """The backward kernel over every tile, its sums landing in `zeros` (aliased to the output) by
     `add(acc_ref, gid, slot, k, value)`: `add_atomic` into rows per Gaussian (jax-gs), or a store
     into rows per intersection slot (`benchmarks/backward_sums.py`'s comparison); lowered for
@@ -181,11 +203,11 @@ def backward_call(geom, feats, ids, tiles: Tiles, cot: PixelCotangents, behind0,
     pl = _pallas()
     ch = feats.shape[0]
     num_tiles = tiles.px.x.shape[0]
-    rows = [_padded(a) for a in (tiles.px.x, tiles.px.y, cot.last, cot.T_final, cot.dA)]
-    rows += [_padded(a[i]) for a in (cot.dC, behind0) for i in range(ch)]
+    planes, how = _planes((cot, behind0))
+    rows = [_padded(a) for a in [tiles.px.x, tiles.px.y] + planes]
     whole = [tiles.start, ids, _table(geom, feats)]
     return pl.pallas_call(
-        partial(_backward_kernel, ch, add),
+        partial(_backward_kernel, rule, ch, add, how, len(planes)),
         grid=(num_tiles,),
         in_specs=[_whole()] * len(whole) + [_row_spec(rows[0].shape[1])] * len(rows) + [_whole()],
         out_specs=_whole(),

@@ -28,7 +28,6 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from ..layout import TILE_AXIS as AXIS, Layout
-from .blend import BlendState, PixelCotangents
 from .tiles import Tiles
 
 
@@ -91,7 +90,7 @@ def _tile_axis(x):  # tile-layout arrays: [..., T, S*S]
     return x.ndim - 2
 
 
-def dealt_forward(forward, cfg, geom, feats, ids, tiles: Tiles, layout: Layout) -> BlendState:
+def dealt_forward(forward, cfg, geom, feats, ids, tiles: Tiles, layout: Layout):
     """`forward(cfg, geom, feats, ids, tiles)` with the tiles dealt over `layout`'s tile devices
     (one: called as it is)."""
     num_devices = layout.tile_devices
@@ -111,7 +110,7 @@ def dealt_forward(forward, cfg, geom, feats, ids, tiles: Tiles, layout: Layout) 
     return jax.tree_util.tree_map(lambda x: jnp.take(x, back, axis=_tile_axis(x)), state)
 
 
-def dealt_backward(backward, cfg, geom, feats, ids, tiles: Tiles, cot: PixelCotangents, behind0, layout: Layout):
+def dealt_backward(backward, cfg, geom, feats, ids, tiles: Tiles, cot, behind0, layout: Layout):
     """`backward(cfg, geom, feats, ids, tiles, cot, behind0)` with the tiles dealt over `layout`'s
     tile devices and the per-Gaussian sums added over them (one: called as it is)."""
     num_devices = layout.tile_devices
@@ -131,7 +130,7 @@ def dealt_backward(backward, cfg, geom, feats, ids, tiles: Tiles, cot: PixelCota
     def walk(g, f, i, tl, c, b0):
         return jax.tree_util.tree_map(total, backward(cfg, g, f, i, tl, c, b0))
 
-    cot_spec = PixelCotangents(last=P(AXIS), T_final=P(AXIS), dC=P(None, AXIS), dA=P(AXIS))
+    cot_spec = jax.tree_util.tree_map(lambda x: P(*([None] * (x.ndim - 2)), AXIS), cot)  # tile axis: second to last
     return jax.shard_map(walk, mesh=layout.tile_mesh(), in_specs=(P(), P(), P(), P(AXIS), cot_spec, P(None, AXIS)),
                          out_specs=P(AXIS) if by_rows else P(), axis_names={AXIS}, check_vma=False)(
         geom, feats, ids, mine, mine_cot, mine_b0)
