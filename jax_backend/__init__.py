@@ -3,6 +3,7 @@
 Import everything a user needs from here:
 
     from jax_backend import rasterization                      # render (gsplat's signature)
+    from jax_backend import rasterization_2dgs                 # 2D Gaussian Splatting's surfels (gsplat's too)
     from jax_backend import Trainer, TrainConfig, make_dataset, make_strategy, init_from_points
 
 Packages: `layout` (how a run is laid out on devices: one `Layout` value), `devices` (compile-only
@@ -26,6 +27,10 @@ _EXPORTS = {
     "read_ply": "files",
     "save_checkpoint": "files",
     "write_ply": "files",
+    "rasterization_2dgs": "rendering",
+    "traced_rasterization_2dgs": "rendering",
+    "count_intersections_2dgs": "rendering",
+    "depth_to_normals": "rendering",
     "RASTERIZERS": "rendering",
     "RASTERIZE_MODES": "rendering",
     "RENDER_MODES": "rendering",

@@ -15,7 +15,8 @@ Written from the paper's rules, not from jax_backend's code:
   1e-4); a disk whose plane holds the ray, or whose centre is behind the near plane, is skipped;
 - rendered: colour (or the intersection depth: "D", "ED" divides by alpha), the normals (each
   disk's camera-space normal turned towards the camera, blended with the same weights), the depth
-  distortion sum_ij w_i w_j |z_i - z_j| over each pixel's intersections, and the median depth (the
+  distortion sum_i sum_{j<i} 2 w_i w_j (z_i - z_j) over each pixel's intersections in blending order
+  (gsplat's; the paper's sum_ij w_i w_j |z_i - z_j| when they come front to back), and the median depth (the
   intersection depth where the transmittance first falls to 0.5 or below; the last one's when it
   never does, zero where nothing is hit).
 """
@@ -89,10 +90,10 @@ def render(means, quats, scales, opacities, colors, viewmat, K, width, height, *
         median_set |= first
         T = np.where(blend, nT, T)
         done |= stop
-    distortion = np.zeros((height, width))  # over all ordered pairs, as the paper's double sum
-    for wi, zi in hits:
-        for wj, zj in hits:
-            distortion += wi * wj * np.abs(zi - zj)
+    distortion = np.zeros((height, width))  # every pair once, the later one's depth minus the earlier one's, twice
+    for i, (wi, zi) in enumerate(hits):
+        for wj, zj in hits[:i]:
+            distortion += 2 * wi * wj * (zi - zj)
     img, alpha_img = finish(img, T, background, render_mode)
     return dict(image=img, alpha=alpha_img, normals=normals, distortion=distortion, median=median)
 

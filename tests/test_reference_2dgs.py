@@ -57,7 +57,8 @@ def test_a_tilted_disk_converges_to_the_flat_3d_gaussian_far_off():
 
 
 def test_depth_distortion_and_median_of_two_disks():
-    """Two facing disks covering the image centre: distortion = 2 w1 w2 |z1 - z2| (the double sum);
+    """Two facing disks covering the image centre: distortion = 2 w1 w2 (z2 - z1) (the pair, the
+    farther one's depth minus the nearer one's);
     the median depth is the first disk's when it alone takes the transmittance to 0.5, else the
     second's."""
     for o, median_at in ((0.7, 2.0), (0.4, 5.0)):

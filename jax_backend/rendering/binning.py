@@ -42,7 +42,8 @@ class Bins(NamedTuple):
 
 
 def tile_rect(proj: Projected, grid: TileGrid):
-    """The tiles each Gaussian's opacity-aware box touches.
+    """The tiles each splat's opacity-aware box (`proj.box_centers` +- `proj.extents`) touches
+    (`proj` a `Projected`, or any projection with those fields, `valid` and `depths`).
 
     Returns:
       (first tile [N, 2] int32 (x, y), number of tiles [N, 2] int32 along x and y; 0 when none).
@@ -51,8 +52,8 @@ def tile_rect(proj: Projected, grid: TileGrid):
     float rounding: an extra tile costs a little work, a missing one would change the image.
     """
     e = proj.extents * (1.0 + 1e-4) + 1e-3
-    lo = jnp.ceil(proj.means2d - e - 0.5)  # first pixel index covered
-    hi = jnp.floor(proj.means2d + e - 0.5)  # last pixel index covered
+    lo = jnp.ceil(proj.box_centers - e - 0.5)  # first pixel index covered
+    hi = jnp.floor(proj.box_centers + e - 0.5)  # last pixel index covered
     size = jnp.array([grid.width, grid.height], jnp.float32)
     lo = jnp.maximum(lo, 0.0)
     hi = jnp.minimum(hi, size - 1)

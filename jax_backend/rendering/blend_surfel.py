@@ -2,11 +2,15 @@
 backward, written once: `SURFEL_RULE`, the `blend.BlendRule` the rasterizers walk 2DGS tiles with.
 
 A surfel (a 2D Gaussian: a disk with centre p, tangent axes t_u, t_v) is drawn through its ray
-transform M = K [t_u | t_v | p] (camera space, rows `m0`, `m1`, `m2`): the disk's point (u, v)
-projects to the pixel (m0 . U / m2 . U, m1 . U / m2 . U), U = (u, v, 1). A pixel (x, y) sees the
-disk where both h_u = x m2 - m0 and h_v = y m2 - m1 are orthogonal to U: U is along h_u x h_v = c,
-so (u, v) = (c0 / c2, c1 / c2) (Cramer's rule for the 3x3 system ray = disk point; c2 = 0 when the
-ray lies in the disk's plane: no intersection) and the intersection's camera depth is z = m2 . U.
+transform, in pixels relative to the pixel c of its centre: the disk's point U = (u, v, 1) lies on
+the ray of the pixel c + (dx, dy) where (dx w, dy w, w) = (r0 . U, r1 . U, r2 . U), with
+  r0 = fx (t_u.x - x_c t_u.z, t_v.x - x_c t_v.z, 0), r1 = fy (t_u.y - y_c t_u.z, t_v.y - y_c t_v.z, 0),
+  r2 = (t_u.z, t_v.z, p.z)  (camera space; x_c = p.x / p.z, y_c = p.y / p.z),
+i.e. K [t_u | t_v | p] with the centre's pixel moved to the origin (`projection_surfel`): no
+term of the size of the principal point cancels in float32. A pixel sees the disk where h_u =
+dx r2 - r0 and h_v = dy r2 - r1 are both orthogonal to U: U is along c = h_u x h_v, (u, v) =
+(c0 / c2, c1 / c2) (Cramer's rule for the 3x3 system ray = disk point; c2 = 0 when the ray lies in
+the disk's plane: no intersection), and the intersection's camera depth is z = r2 . U.
 
   weight = exp(-min((u^2 + v^2) / 2, |x - c|^2)): the disk's Gaussian, or the screen-space low pass
   (standard deviation sqrt(2)/2 pixel) around the centre's pixel c, whichever is larger;
@@ -33,8 +37,9 @@ from .blend import ALPHA_MAX, T_MIN, BlendRule, PixelGrads, Splat, scaled, scale
 from .projection import ALPHA_MIN
 from .tiles import Pixels
 
-# A surfel's packed screen parameters, channel first: the ray transform's rows, the centre's pixel, opacity
-SURFEL_GEOM_ROWS = ("m00", "m01", "m02", "m10", "m11", "m12", "m20", "m21", "m22", "mean_x", "mean_y", "opacity")
+# A surfel's packed screen parameters, channel first: the ray transform's rows (r0 = (a_u, a_v, 0),
+# r1 = (b_u, b_v, 0), r2 = (c_u, c_v, depth)), the centre's pixel, opacity
+SURFEL_GEOM_ROWS = ("a_u", "a_v", "b_u", "b_v", "c_u", "c_v", "depth", "mean_x", "mean_y", "opacity")
 PARALLEL = 1e-6  # |c2| below this fraction of |h_u| |h_v|: the ray lies in the disk's plane (no intersection)
 
 
@@ -94,24 +99,25 @@ class Hit(NamedTuple):
 def surfel_hit(px: Pixels, g) -> Hit:
     """The ray-surfel intersection at the pixel centres `px` for packed parameters `g`
     [SURFEL_GEOM, ...] broadcast against them."""
-    m0, m1, m2 = (g[0], g[1], g[2]), (g[3], g[4], g[5]), (g[6], g[7], g[8])
-    hu = tuple(px.x * b - a for a, b in zip(m0, m2))
-    hv = tuple(px.y * b - a for a, b in zip(m1, m2))
-    c0 = hu[1] * hv[2] - hu[2] * hv[1]
-    c1 = hu[2] * hv[0] - hu[0] * hv[2]
-    c2 = hu[0] * hv[1] - hu[1] * hv[0]
+    dx, dy = px.x - g[7], px.y - g[8]
+    hu = (dx * g[4] - g[0], dx * g[5] - g[1], dx * g[6])
+    hv = (dy * g[4] - g[2], dy * g[5] - g[3], dy * g[6])
+    c0, c1, c2 = _cross(hu, hv)
     norms = jnp.sqrt((hu[0] * hu[0] + hu[1] * hu[1] + hu[2] * hu[2]) * (hv[0] * hv[0] + hv[1] * hv[1] + hv[2] * hv[2]))
     ok = jnp.abs(c2) > PARALLEL * norms
     c2 = jnp.where(ok, c2, 1.0)
     u, v = c0 / c2, c1 / c2
-    z = m2[0] * u + m2[1] * v + m2[2]
-    dx, dy = px.x - g[9], px.y - g[10]
+    z = g[4] * u + g[5] * v + g[6]
     g3 = 0.5 * (u * u + v * v)
     g2 = dx * dx + dy * dy
     disk = g3 <= g2
     vis = jnp.where(ok, jnp.exp(-jnp.minimum(g3, g2)), 0.0)
-    raw = g[11] * vis
+    raw = g[9] * vis
     return Hit(jnp.minimum(ALPHA_MAX, raw), raw, vis, disk, u, v, jnp.where(ok, z, 0.0), c2, hu, hv, dx, dy)
+
+
+def _cross(a, b):
+    return (a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0])
 
 
 def initial_state(inside, ch: int, per_channel: bool = False) -> SurfelState:
@@ -153,14 +159,10 @@ def initial_back(cot: SurfelCotangents, behind0) -> SurfelBack:
     return SurfelBack(T=cot.T_final, behind=behind0, depth=zeros, distort=zeros)
 
 
-def _cross(a, b):
-    return (a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0])
-
-
 def blend_backward(state: SurfelBack, px: Pixels, s: Splat, cot: SurfelCotangents):
     """One step of the back-to-front walk: un-blend the surfel and return its per-pixel gradients
-    (geom rows SURFEL_GEOM_ROWS; `abs_means` the absolute gradient of a screen shift of the
-    surfel, the means2d probe's: a shift d moves its pixels, x -> x - d)."""
+    (geom rows SURFEL_GEOM_ROWS; `abs_means` |d mean_x|, |d mean_y|: moving the centre's pixel
+    moves the whole footprint on screen, the means2d probe's statistic)."""
     g, f = s.geom, s.feats
     hit = surfel_hit(px, g)
     alpha, z = hit.alpha, hit.z
@@ -183,22 +185,22 @@ def blend_backward(state: SurfelBack, px: Pixels, s: Splat, cot: SurfelCotangent
     d_z = w * cot.dD + cot.dDist * 2.0 * w * (A - B) + jnp.where(s.pos + 1 == cot.median_last, cot.dMed, 0.0)
     d_z = jnp.where(active, d_z, 0.0)
 
-    # through alpha = o exp(-min(g3, g2)) and z = m2 . (u, v, 1)
+    # through alpha = o exp(-min(g3, g2)) and z = r2 . (u, v, 1)
     d_e = -hit.raw * d_alpha
     d_g3 = jnp.where(hit.disk, d_e, 0.0)
     d_g2 = jnp.where(hit.disk, 0.0, d_e)
-    d_u = d_g3 * hit.u + d_z * g[6]
-    d_v = d_g3 * hit.v + d_z * g[7]
+    d_u = d_g3 * hit.u + d_z * g[4]
+    d_v = d_g3 * hit.v + d_z * g[5]
     d_c = (d_u / hit.c2, d_v / hit.c2, -(d_u * hit.u + d_v * hit.v) / hit.c2)  # u = c0 / c2, v = c1 / c2
     d_hu = _cross(hit.hv, d_c)  # c = h_u x h_v
     d_hv = _cross(d_c, hit.hu)
-    d_m2 = tuple(px.x * a + px.y * b for a, b in zip(d_hu, d_hv))
-    d_mean = (-2.0 * hit.dx * d_g2, -2.0 * hit.dy * d_g2)
-    geom = (tuple(-a for a in d_hu) + tuple(-b for b in d_hv)
-            + (d_m2[0] + d_z * hit.u, d_m2[1] + d_z * hit.v, d_m2[2] + d_z) + d_mean + (d_alpha * hit.vis,))
-    # a screen shift d of the surfel: m0 += d_x m2, m1 += d_y m2, its centre's pixel += d
-    shift = tuple(-(a[0] * g[6] + a[1] * g[7] + a[2] * g[8]) + dm for a, dm in zip((d_hu, d_hv), d_mean))
-    grads = PixelGrads(geom=geom, feats=scaled(w, cot.dC), abs_means=tuple(jnp.abs(x) for x in shift))
+    dx, dy = hit.dx, hit.dy
+    d_mean = (-(d_hu[0] * g[4] + d_hu[1] * g[5] + d_hu[2] * g[6]) - 2.0 * dx * d_g2,  # h_u = dx r2 - r0, dx = x - mean_x
+              -(d_hv[0] * g[4] + d_hv[1] * g[5] + d_hv[2] * g[6]) - 2.0 * dy * d_g2)
+    geom = (-d_hu[0], -d_hu[1], -d_hv[0], -d_hv[1],
+            dx * d_hu[0] + dy * d_hv[0] + d_z * hit.u, dx * d_hu[1] + dy * d_hv[1] + d_z * hit.v,
+            dx * d_hu[2] + dy * d_hv[2] + d_z) + d_mean + (d_alpha * hit.vis,)
+    grads = PixelGrads(geom=geom, feats=scaled(w, cot.dC), abs_means=tuple(jnp.abs(x) for x in d_mean))
     back = SurfelBack(
         T=T_k,
         behind=scaled_add(state.behind, w, f),

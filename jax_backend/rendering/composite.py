@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..layout import Layout
-from .blend import GAUSSIAN_RULE, BlendRule, PixelCotangents
-from .blend_surfel import SURFEL_RULE, SurfelCotangents
+from .blend import GAUSSIAN_RULE, GEOM_ROWS, BlendRule, PixelCotangents
+from .blend_surfel import SURFEL_GEOM_ROWS, SURFEL_RULE, SurfelCotangents
 from .rasterize_flat import flat_backward, flat_forward
 from .rasterize_pallas import pallas_backward, pallas_forward
 from .rasterize_standard import standard_backward, standard_forward
@@ -67,15 +67,14 @@ class RasterizerOptions(NamedTuple):
 
 class Splatting(NamedTuple):
     """What a kind of splat adds to the tile walks: its blend rule, the per-pixel maps its forward
-    returns besides the features, and how a screen shift (the means2d probe) moves its packed
-    parameters."""
+    returns besides the features, and where its packed parameters hold its centre's pixel (the
+    means2d probe is added there: it moves the splat's whole footprint on screen)."""
 
     rule: BlendRule
     maps: Callable  # (state, background [ch]) -> (features [ch, T, P], alpha [T, P], extra maps [T, P]...)
     cotangents: Callable  # (state residuals, cotangents of the maps in the tile layout) -> the rule's cotangents
     residuals: Callable  # state -> what the backward keeps of it
-    shifted: Callable  # (geom [N, GEOM], probe [N, 2]) -> geom with the splats moved by probe on screen
-    unshift: Callable  # (d geom at shifted, geom, probe) -> (d geom, d probe)
+    mean_row: int  # the rows mean_x, mean_y of geom are mean_row, mean_row + 1
 
 
 def _gaussian_maps(state, background):
@@ -87,12 +86,8 @@ def _gaussian_cotangents(res, cot):
     return PixelCotangents(last, T_final, jnp.moveaxis(cot[0], -1, 0), cot[1])
 
 
-def _gaussian_unshift(d_geom, geom, probe):
-    return d_geom, d_geom[:, :2]
-
-
 GAUSSIANS = Splatting(GAUSSIAN_RULE, _gaussian_maps, _gaussian_cotangents, lambda st: (st.last, st.T),
-                      lambda geom, probe: geom.at[:, :2].add(probe), _gaussian_unshift)
+                      GEOM_ROWS.index("mean_x"))
 
 
 def _surfel_maps(state, background):
@@ -106,25 +101,8 @@ def _surfel_cotangents(res, cot):
     return SurfelCotangents(last, T_final, depth, median_last, jnp.moveaxis(cot[0], -1, 0), *cot[1:])
 
 
-def _surfel_shifted(geom, probe):
-    """Moving a surfel's footprint by d on screen: m0 += d_x m2, m1 += d_y m2, its centre's pixel
-    += d (`blend_surfel`'s rows)."""
-    m2 = geom[:, 6:9]
-    return jnp.concatenate([geom[:, 0:3] + probe[:, :1] * m2, geom[:, 3:6] + probe[:, 1:] * m2, m2,
-                            geom[:, 9:11] + probe, geom[:, 11:]], -1)
-
-
-def _surfel_unshift(d_geom, geom, probe):
-    """The transpose of `_surfel_shifted` at (geom, probe)."""
-    m2 = geom[:, 6:9]
-    d0, d1 = d_geom[:, 0:3], d_geom[:, 3:6]
-    d_m2 = d_geom[:, 6:9] + probe[:, :1] * d0 + probe[:, 1:] * d1
-    d_probe = jnp.stack([jnp.sum(d0 * m2, -1), jnp.sum(d1 * m2, -1)], -1) + d_geom[:, 9:11]
-    return jnp.concatenate([d0, d1, d_m2, d_geom[:, 9:]], -1), d_probe
-
-
 SURFELS = Splatting(SURFEL_RULE, _surfel_maps, _surfel_cotangents,
-                    lambda st: (st.last, st.T, st.depth, st.median_last), _surfel_shifted, _surfel_unshift)
+                    lambda st: (st.last, st.T, st.depth, st.median_last), SURFEL_GEOM_ROWS.index("mean_x"))
 
 
 class CompositeConfig(NamedTuple):
@@ -167,13 +145,13 @@ def composite(cfg: CompositeConfig, geom, feats, background, probe, lists: TileL
 
 def _composite_fwd(cfg, geom, feats, background, probe, lists):
     kind = cfg.splatting
-    geom_cf = kind.shifted(geom, probe).T  # channel first: [GEOM, N]
+    geom_cf = geom.at[:, kind.mean_row:kind.mean_row + 2].add(probe).T  # channel first: [GEOM, N]
     feats_cf = feats.T  # [ch, N]
     state = dealt_forward(get_rasterizer(cfg.rasterizer).forward, cfg, geom_cf, feats_cf, lists.ids,
                           all_tiles(lists, cfg.grid), cfg.layout)
     color, *maps = kind.maps(state, background)  # [ch, T, P], then [T, P] each
     out = (tiles_to_image(jnp.moveaxis(color, 0, -1), cfg.grid),) + tuple(tiles_to_image(m, cfg.grid) for m in maps)
-    res = (geom, probe, geom_cf, feats_cf, background, lists, kind.residuals(state))
+    res = (geom_cf, feats_cf, background, lists, kind.residuals(state))
     return out, res
 
 
@@ -182,7 +160,7 @@ def _float0_like(x):
 
 
 def _composite_bwd(cfg, res, cot):
-    geom, probe, geom_cf, feats_cf, background, lists, kept = res
+    geom_cf, feats_cf, background, lists, kept = res
     kind = cfg.splatting
     cot = tuple(image_to_tiles(c, cfg.grid) for c in cot)  # [T, P, ch], then [T, P] each
     pixel_cot = kind.cotangents(kept, cot)
@@ -190,8 +168,8 @@ def _composite_bwd(cfg, res, cot):
     d_geom, d_feats, d_abs = dealt_backward(get_rasterizer(cfg.rasterizer).backward, cfg, geom_cf, feats_cf, lists.ids,
                                             all_tiles(lists, cfg.grid), pixel_cot, behind0, cfg.layout)
     d_background = jnp.sum(pixel_cot.T_final * pixel_cot.dC, axis=(1, 2))
-    d_geom, d_probe = kind.unshift(d_geom, geom, probe)
-    return d_geom, d_feats, d_background, d_abs if cfg.absgrad else d_probe, jax.tree_util.tree_map(_float0_like, lists)
+    d_probe = d_abs if cfg.absgrad else d_geom[:, kind.mean_row:kind.mean_row + 2]
+    return d_geom, d_feats, d_background, d_probe, jax.tree_util.tree_map(_float0_like, lists)
 
 
 composite.defvjp(_composite_fwd, _composite_bwd)

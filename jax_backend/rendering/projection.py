@@ -24,6 +24,11 @@ class Projected(NamedTuple):
     valid: jnp.ndarray  # [N] bool
     opacities: jnp.ndarray  # [N] the opacity blended: the input, or compensated (antialiased)
 
+    @property
+    def box_centers(self) -> jnp.ndarray:
+        """[N, 2] the centre of the box `extents` measures from (binning's): the mean's pixel."""
+        return self.means2d
+
 
 RASTERIZE_MODES = ("classic", "antialiased")
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from .isect_buffer import after_overflow, size_for
 from .binning import bin_gaussians, tile_rect
-from .composite import CompositeConfig, RasterizerOptions, composite, resolve_rasterizer
+from .composite import GAUSSIANS, CompositeConfig, RasterizerOptions, Splatting, composite, resolve_rasterizer
 from .projection import CAMERA_MODELS, RASTERIZE_MODES, project_gaussians
 from .sh import sh_to_color
 from ..layout import Layout, local_layout
@@ -48,9 +48,10 @@ def render_config(width: int, height: int, *, tile_size: int = 16, render_mode: 
                   rasterize_mode: str = "classic", rasterizer: str = "auto", options: Optional[RasterizerOptions] = None,
                   absgrad: bool = False, layout: Optional[Layout] = None, near_plane: float = 0.01,
                   eps2d: float = 0.3, use_sh: bool = False, isect_capacity: int = 1,
-                  camera_model: str = "pinhole") -> RenderConfig:
-    """A `RenderConfig` from `rasterization`'s static arguments (`layout` None: `local_layout`);
-    ValueError naming a bad one."""
+                  camera_model: str = "pinhole", splatting: Splatting = GAUSSIANS) -> RenderConfig:
+    """A `RenderConfig` from `rasterization`'s static arguments (`layout` None: `local_layout`;
+    `splatting`: what is splatted, `composite.GAUSSIANS` or `composite.SURFELS`); ValueError naming
+    a bad one."""
     if render_mode not in RENDER_MODES:
         raise ValueError(f"render_mode must be one of {RENDER_MODES}, got {render_mode!r}")
     if rasterize_mode not in RASTERIZE_MODES:
@@ -66,7 +67,8 @@ def render_config(width: int, height: int, *, tile_size: int = 16, render_mode: 
         raise ValueError(f"rasterizer options must be chunk >= 1, groups >= 0, tile_batch >= 0, got {o}")
     grid = TileGrid(width, height, int(tile_size))
     layout = (layout if layout is not None else local_layout()).for_rendering()
-    return RenderConfig(CompositeConfig(grid, resolve_rasterizer(rasterizer, layout.platform), o, bool(absgrad), layout),
+    return RenderConfig(CompositeConfig(grid, resolve_rasterizer(rasterizer, layout.platform), o, bool(absgrad), layout,
+                                        splatting),
                         render_mode, rasterize_mode, float(near_plane), float(eps2d), bool(use_sh), int(isect_capacity),
                         camera_model)
 
@@ -290,25 +292,32 @@ def rasterization(means, quats, scales, opacities, colors, viewmats, Ks, width: 
     rc, arrays = _prepared(means, quats, scales, opacities, colors, viewmats, Ks, width, height, sh_degree,
                            backgrounds, near_plane, eps2d, render_mode, rasterize_mode, rasterizer, tile_size,
                            isect_capacity, means2d_probe, absgrad, options, layout, np.zeros, camera_model, distortion)
+    count = partial(count_intersections, *arrays[:4], arrays[5], arrays[6], rc.composite.grid.width,
+                    rc.composite.grid.height, near_plane=near_plane, eps2d=eps2d, rasterize_mode=rasterize_mode,
+                    tile_size=tile_size, camera_model=camera_model, distortion=arrays[7])
+    return render_eagerly(rc, arrays, _rasterize_jit, None if isect_capacity is not None else count)
+
+
+def render_eagerly(rc, arrays, render, count=None):
+    """`render(rc, *arrays)` (a jitted render whose last output is its meta) called eagerly with an
+    intersection buffer that holds every camera's intersections: `rc`'s, or with `count` (a
+    function returning each camera's count) what the cameras need; grown (`after_overflow`) and
+    rendered again while one overflowed."""
     try:
-        if isect_capacity is None:  # what these cameras need
-            counts = count_intersections(*arrays[:4], arrays[5], arrays[6], rc.composite.grid.width,
-                                         rc.composite.grid.height, near_plane=near_plane, eps2d=eps2d,
-                                         rasterize_mode=rasterize_mode, tile_size=tile_size,
-                                         camera_model=camera_model, distortion=arrays[7])
-            rc = rc._replace(isect_capacity=size_for(max(int(counts.max()), 1)))
+        if count is not None:
+            rc = rc._replace(isect_capacity=size_for(max(int(np.max(count())), 1)))
         # the inputs go where the dealt program runs (a trainer's state is on one device)
         arrays = rc.composite.layout.place(arrays)
         while True:
-            out = _rasterize_jit(rc, *arrays)
-            needed = int(np.max(np.asarray(out[2]["num_intersections"])))
+            out = render(rc, *arrays)
+            needed = int(np.max(np.asarray(out[-1]["num_intersections"])))
             if needed <= rc.isect_capacity:
                 return out
             rc = rc._replace(isect_capacity=after_overflow(needed))
     except (jax.errors.ConcretizationTypeError, jax.errors.TracerArrayConversionError,
             jax.errors.TracerIntegerConversionError) as e:
-        raise TypeError("rasterization is the eager entry point (it reads the intersection counts back); inside "
-                        "jit or grad call traced_rasterization with an isect_capacity") from e
+        raise TypeError("an eager entry point (rasterization, rasterization_2dgs) reads the intersection counts "
+                        "back; inside jit or grad call its traced_ form with an isect_capacity") from e
 
 
 rasterization.__doc__ += _ARGS_DOC

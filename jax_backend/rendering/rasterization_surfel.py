@@ -1,0 +1,240 @@
+"""2D Gaussian Splatting's entry points, shaped like gsplat's `rasterization_2dgs`: the surfels of
+`projection_surfel` blended by the rasterizers with `blend_surfel`'s rule (`composite.SURFELS`),
+with the same binning, intersection buffer policy and exact tile semantics as 3DGS's
+`rasterization` (its eager form grows the buffer; `traced_rasterization_2dgs` takes a static one).
+
+Besides the colours and alpha a render gives the blended normals, the normals of the rendered
+depth's surface (`depth_to_normals`, what 2DGS's normal-consistency loss compares them with), the
+depth distortion and the median depth. Normals come in world space, as gsplat's.
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .binning import bin_gaussians, tile_rect
+from .composite import SURFELS, RasterizerOptions, composite
+from .projection_surfel import project_surfels
+from .rasterization import RENDER_MODES, RenderConfig, render_config, render_eagerly
+from .sh import sh_to_color
+from .tile_parallel import gathered
+from .tiles import TileGrid
+from ..layout import Layout
+
+DEPTH_MODES = ("expected", "median")  # the depth `depth_to_normals` reads for the surface normals
+
+
+def depth_to_normals(depth, K):
+    """Normals of the surface a depth map draws, camera space, turned towards the camera: each
+    pixel's point z (x', y', 1) (x' = (x + 0.5 - cx) / fx), crossed central differences of its
+    neighbours' points; [H, W] -> [H, W, 3], zero on the image's border (no neighbours there)."""
+    h, w = depth.shape
+    ys, xs = jnp.mgrid[0:h, 0:w].astype(jnp.float32) + 0.5
+    pts = jnp.stack([(xs - K[0, 2]) / K[0, 0] * depth, (ys - K[1, 2]) / K[1, 1] * depth, depth], -1)
+    dx = pts[1:-1, 2:] - pts[1:-1, :-2]
+    dy = pts[2:, 1:-1] - pts[:-2, 1:-1]
+    n = jnp.cross(dy, dx)  # x right, y down, z forward: dy x dx points at the camera
+    norm = jnp.sqrt(jnp.sum(n * n, -1, keepdims=True))
+    n = jnp.where(norm > 0, n / jnp.where(norm > 0, norm, 1.0), 0.0)
+    return jnp.pad(n, ((1, 1), (1, 1), (0, 0)))
+
+
+def _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degree, backgrounds):
+    n = means.shape[0] if means.ndim == 2 else -1
+    if means.ndim != 2 or means.shape[1] != 3:
+        raise ValueError(f"means must be [N,3], got {means.shape}")
+    for name, x, shape in (("quats", quats, (n, 4)), ("opacities", opacities, (n,))):
+        if tuple(x.shape) != shape:
+            raise ValueError(f"{name} must be {list(shape)} for N={n}, got {list(x.shape)}")
+    if scales.ndim != 2 or scales.shape[0] != n or scales.shape[1] not in (2, 3):
+        raise ValueError(f"scales must be [N,2] (a surfel's two axes) or [N,3] (the third not drawn) for N={n}, "
+                         f"got {list(scales.shape)}")
+    if viewmats.ndim != 3 or viewmats.shape[1:] != (4, 4):
+        raise ValueError(f"viewmats must be [C,4,4], got {viewmats.shape}")
+    c = viewmats.shape[0]
+    if Ks.shape != (c, 3, 3):
+        raise ValueError(f"Ks must be [C,3,3] for C={c}, got {Ks.shape}")
+    if sh_degree is None:
+        if colors.ndim not in (2, 3) or colors.shape[-2] != n or (colors.ndim == 3 and colors.shape[0] != c):
+            raise ValueError(f"colors must be [N,D] or [C,N,D] without sh_degree, got {colors.shape}")
+    elif colors.ndim != 3 or colors.shape[0] != n or colors.shape[2] != 3 or colors.shape[1] not in (1, 4, 9, 16):
+        raise ValueError(f"with sh_degree, colors must be SH coefficients [N,K,3], K in 1,4,9,16; got {colors.shape}")
+    if backgrounds is not None and (backgrounds.ndim != 2 or backgrounds.shape[0] != c):
+        raise ValueError(f"backgrounds must be [C,D], got {backgrounds.shape}")
+
+
+def _render_one(rc: RenderConfig, depth_mode, means, quats, scales, opacities, colors, viewmat, K, background, probe,
+                sh_degree):
+    cfg, grid = rc.composite, rc.composite.grid
+    proj = project_surfels(means, quats, scales, opacities, viewmat, K, grid.width, grid.height, rc.near_plane)
+    if rc.use_sh:
+        campos = -jnp.sum(viewmat[:3, :3] * viewmat[:3, 3:], 0)  # -R^T t, elementwise
+        colors = sh_to_color(colors, means - campos, active_degree=sh_degree)
+    proj, colors = gathered((proj, colors), cfg.layout)
+    ch = colors.shape[-1]
+    feats = jnp.concatenate([colors, proj.normals], -1)  # the normals blend as three more features
+    bg = jnp.zeros((ch + 3,), jnp.float32)
+    if background is not None:
+        bg = bg.at[:ch].set(background)
+    bins = gathered(bin_gaussians(jax.lax.stop_gradient(proj), grid, rc.isect_capacity, cfg.layout.platform),
+                    cfg.layout)
+    geom = jnp.concatenate([proj.transforms, proj.means2d, proj.opacities[:, None]], -1)  # SURFEL_GEOM_ROWS
+    image, alpha, depth, distort, median = composite(cfg, geom, feats, bg, probe, bins.lists)
+    expected = depth / jnp.maximum(alpha, 1e-10)
+    colors_out = {"RGB": image[..., :ch], "D": depth[..., None], "ED": expected[..., None]}
+    mode = rc.render_mode
+    out = colors_out[mode.split("+")[0]]
+    if "+" in mode:
+        out = jnp.concatenate([image[..., :ch], colors_out[mode.split("+")[1]]], -1)
+    to_world = viewmat[:3, :3]  # n_world = R^T n_cam: rows of R times the camera entries
+    normals = jnp.einsum("hwi,ij->hwj", image[..., ch:], to_world, precision=jax.lax.Precision.HIGHEST)
+    surf = depth_to_normals(expected if depth_mode == "expected" else median, K)
+    surf = jnp.einsum("hwi,ij->hwj", surf, to_world, precision=jax.lax.Precision.HIGHEST)
+    radii = jnp.where(proj.valid & (bins.tiles_per_gaussian > 0), jnp.ceil(proj.extents.max(-1)), 0).astype(jnp.int32)
+    meta = {
+        "radii": radii,
+        "means2d": proj.means2d + probe,
+        "depths": proj.depths,
+        "normals": proj.normals,
+        "ray_transforms": proj.transforms,
+        "tiles_per_gauss": bins.tiles_per_gaussian,
+        "num_intersections": bins.num_intersections,
+        "overflow": bins.overflow,
+    }
+    return out, alpha[..., None], normals, surf, distort[..., None], median[..., None], meta
+
+
+@partial(jax.jit, static_argnums=(0, 1))
+def _rasterize_jit(rc: RenderConfig, depth_mode: str, means, quats, scales, opacities, colors, viewmats, Ks,
+                   backgrounds, probe, sh_degree):
+    """Cameras one after another (`lax.map`), as `rasterization`'s."""
+    per_camera_colors = not rc.use_sh and colors.ndim == 3
+    fn = partial(_render_one, rc, depth_mode, means, quats, scales, opacities)
+
+    def one(xs):
+        col, vm, K, bg, pr = xs
+        return fn(col if per_camera_colors else colors, vm, K, bg, pr, sh_degree)
+
+    xs = (colors if per_camera_colors else None, viewmats, Ks, backgrounds, probe)
+    if viewmats.shape[0] == 1:
+        out = one(jax.tree_util.tree_map(lambda x: x[0], xs))
+        return jax.tree_util.tree_map(lambda x: x[None], out)
+    return jax.lax.map(one, xs)
+
+
+@partial(jax.jit, static_argnums=(6, 7, 8, 9))
+def _count_jit(means, quats, scales, opacities, viewmats, Ks, width, height, tile_size, near_plane):
+    grid = TileGrid(width, height, tile_size)
+
+    def one(cam):
+        vm, K = cam
+        proj = project_surfels(means, quats, scales, opacities, vm, K, width, height, near_plane)
+        _, n_xy = tile_rect(proj, grid)
+        return jnp.sum(n_xy[:, 0] * n_xy[:, 1])
+
+    return jax.lax.map(one, (viewmats, Ks))
+
+
+def count_intersections_2dgs(means, quats, scales, opacities, viewmats, Ks, width: int, height: int, *,
+                             near_plane: float = 0.01, tile_size: int = 16) -> np.ndarray:
+    """The (surfel, tile) intersections each camera's render needs (projection and boxes only);
+    int64 [C]."""
+    arrays = [jnp.asarray(x, jnp.float32) for x in (means, quats, scales, opacities, viewmats, Ks)]
+    return np.asarray(_count_jit(*arrays, int(width), int(height), int(tile_size), float(near_plane)), np.int64)
+
+
+_ARGS_DOC = """
+    Args:
+      means: [N, 3] disk centres.
+      quats: [N, 4] rotations, wxyz, any norm: the disk's tangent axes are the rotation's first two
+        columns, its normal the third.
+      scales: [N, 2] the disk's two axes (activated), or [N, 3] (the third is not drawn).
+      opacities: [N] activated opacities.
+      colors: [N, D] or [C, N, D] features, or SH coefficients [N, K, 3] with `sh_degree`.
+      viewmats: [C, 4, 4] world-to-camera, OpenCV axes; Ks: [C, 3, 3] pinhole intrinsics.
+      width, height: image size in pixels.
+      sh_degree: highest SH band (int or traced scalar); None when `colors` are not SH.
+      backgrounds: [C, D] colours behind the surfels (default zeros).
+      near_plane: surfels whose centres are nearer are culled.
+      render_mode: "RGB", "D" (accumulated intersection depth), "ED" (expected depth), "RGB+D", "RGB+ED".
+      depth_mode: the depth the surface normals are taken from, "expected" or "median".
+      rasterizer, tile_size, options, layout, absgrad, means2d_probe: as `rasterization`'s (the probe
+        moves each surfel's footprint on screen).
+
+    Returns:
+      (render_colors [C, H, W, ch], render_alphas [C, H, W, 1], render_normals [C, H, W, 3] (the
+      surfels' normals, turned towards the camera, blended; world space), surf_normals [C, H, W, 3]
+      (`depth_to_normals` of the `depth_mode` depth, world space), render_distort [C, H, W, 1]
+      (sum_i sum_{j<i} 2 w_i w_j (z_i - z_j) over each pixel's intersection depths: gsplat's),
+      render_median [C, H, W, 1] (the intersection depth where the transmittance reaches 0.5), meta):
+      `meta` holds per-camera radii, means2d, depths, normals (camera space), ray_transforms,
+      tiles_per_gauss, num_intersections and overflow.
+"""
+
+
+def _prepared(means, quats, scales, opacities, colors, viewmats, Ks, width, height, sh_degree, backgrounds,
+              near_plane, render_mode, depth_mode, rasterizer, tile_size, isect_capacity, means2d_probe, absgrad,
+              options, layout, zeros):
+    means, quats, scales, opacities, colors, viewmats, Ks = (
+        jnp.asarray(x, jnp.float32) for x in (means, quats, scales, opacities, colors, viewmats, Ks))
+    if backgrounds is not None:
+        backgrounds = jnp.asarray(backgrounds, jnp.float32)
+    _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degree, backgrounds)
+    if depth_mode not in DEPTH_MODES:
+        raise ValueError(f"depth_mode must be one of {DEPTH_MODES}, got {depth_mode!r}")
+    if render_mode not in RENDER_MODES:
+        raise ValueError(f"render_mode must be one of {RENDER_MODES}, got {render_mode!r}")
+    use_sh = sh_degree is not None
+    rc = render_config(width, height, tile_size=tile_size, render_mode=render_mode, rasterizer=rasterizer,
+                       options=options, absgrad=absgrad, layout=layout, near_plane=near_plane, use_sh=use_sh,
+                       isect_capacity=int(isect_capacity or 1), splatting=SURFELS)
+    if means2d_probe is None:
+        means2d_probe = zeros((viewmats.shape[0], means.shape[0], 2), np.float32)
+    degree = jnp.asarray(sh_degree if use_sh else 0, jnp.int32)
+    return rc, (means, quats, scales, opacities, colors, viewmats, Ks, backgrounds, means2d_probe, degree)
+
+
+def traced_rasterization_2dgs(means, quats, scales, opacities, colors, viewmats, Ks, width: int, height: int, *,
+                              isect_capacity: int, sh_degree=None, backgrounds=None, near_plane: float = 0.01,
+                              render_mode: str = "RGB", depth_mode: str = "expected", rasterizer: str = "auto",
+                              tile_size: int = 16, means2d_probe=None, absgrad: bool = False,
+                              options: Optional[RasterizerOptions] = None, layout: Optional[Layout] = None):
+    """Render C cameras' surfels inside a program (`jit`, `grad`, a training step), as gsplat's
+    `rasterization_2dgs`; the intersection buffer is a static size the caller keeps and
+    `meta["overflow"]` says where it was too small (as `traced_rasterization`)."""
+    if isect_capacity is None or int(isect_capacity) < 1:
+        raise ValueError(f"traced_rasterization_2dgs needs the intersection buffer's size (isect_capacity >= 1), got "
+                         f"{isect_capacity!r}: `count_intersections_2dgs` says what cameras need")
+    rc, arrays = _prepared(means, quats, scales, opacities, colors, viewmats, Ks, width, height, sh_degree, backgrounds,
+                           near_plane, render_mode, depth_mode, rasterizer, tile_size, isect_capacity, means2d_probe,
+                           absgrad, options, layout, jnp.zeros)
+    return _rasterize_jit(rc, depth_mode, *arrays)
+
+
+def rasterization_2dgs(means, quats, scales, opacities, colors, viewmats, Ks, width: int, height: int, *,
+                       sh_degree=None, backgrounds=None, near_plane: float = 0.01, render_mode: str = "RGB",
+                       depth_mode: str = "expected", rasterizer: str = "auto", tile_size: int = 16,
+                       isect_capacity: Optional[int] = None, means2d_probe=None, absgrad: bool = False,
+                       options: Optional[RasterizerOptions] = None, layout: Optional[Layout] = None):
+    """Render C cameras' surfels (2DGS), as gsplat's `rasterization_2dgs`, called eagerly: the
+    intersection buffer is what the cameras need unless `isect_capacity` is given, and grown and
+    rendered again when too small (as `rasterization`)."""
+    rc, arrays = _prepared(means, quats, scales, opacities, colors, viewmats, Ks, width, height, sh_degree, backgrounds,
+                           near_plane, render_mode, depth_mode, rasterizer, tile_size, isect_capacity, means2d_probe,
+                           absgrad, options, layout, np.zeros)
+    count = partial(count_intersections_2dgs, *arrays[:4], arrays[5], arrays[6], width, height, near_plane=near_plane,
+                    tile_size=tile_size)
+    return render_eagerly(rc, arrays, partial(_rasterize_jit_eager, depth_mode),
+                          None if isect_capacity is not None else count)
+
+
+def _rasterize_jit_eager(depth_mode, rc, *arrays):
+    return _rasterize_jit(rc, depth_mode, *arrays)
+
+
+rasterization_2dgs.__doc__ += _ARGS_DOC
+traced_rasterization_2dgs.__doc__ += _ARGS_DOC
