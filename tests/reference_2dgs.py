@@ -9,7 +9,10 @@ Written from the paper's rules, not from jax_backend's code:
   intersection's camera depth;
 - its weight is the larger of the disk's Gaussian exp(-(u^2 + v^2) / 2) and the screen-space
   low-pass filter exp(-|x - c|^2 / (2 (sqrt(2)/2)^2)) around the disk centre's pixel c (the paper's
-  object-space low pass);
+  object-space low pass); the hit's depth is z where the disk's Gaussian is the larger, the
+  centre's depth where the low pass is (as the paper's code: a disk the low pass draws, one too
+  small or seen edge-on, has no meaningful intersection), and a hit nearer than the near plane
+  (behind the camera included) is skipped;
 - the disks are blended front to back in the order of their centres' depths with 3DGS's rules
   (alpha = min(0.99, o w), skipped below 1/255, stopped before the transmittance falls under
   1e-4); a disk whose plane holds the ray, or whose centre is behind the near plane, is skipped;
@@ -26,9 +29,10 @@ from reference import finish, rotmat, sh_color
 
 
 def render(means, quats, scales, opacities, colors, viewmat, K, width, height, *, sh_degree=None, background=None,
-           near_plane=0.01, render_mode="RGB"):
+           near_plane=0.01, render_mode="RGB", means2d_offset=None):
     """One camera: dict(image [H,W,ch], alpha [H,W], normals [H,W,3] (camera space), distortion
-    [H,W], median [H,W])."""
+    [H,W], median [H,W]). `means2d_offset` [N,2] moves each disk's footprint on screen: disk i is
+    drawn at pixel p as the unmoved disk is at p - offset_i (its ray and its low pass both)."""
     means, quats, scales, opacities, colors = (np.asarray(a, np.float64) for a in (means, quats, scales, opacities, colors))
     viewmat, K = np.asarray(viewmat, np.float64), np.asarray(K, np.float64)
     R, t = viewmat[:3, :3], viewmat[:3, 3]
@@ -36,7 +40,6 @@ def render(means, quats, scales, opacities, colors, viewmat, K, width, height, *
     fx, fy, cx, cy = K[0, 0], K[1, 1], K[0, 2], K[1, 2]
     ys, xs = np.mgrid[0:height, 0:width]
     px, py = xs + 0.5, ys + 0.5
-    rays = np.stack([(px - cx) / fx, (py - cy) / fy, np.ones_like(px, dtype=np.float64)], -1)  # [H,W,3]
     base = 3 if sh_degree is not None else colors.shape[-1]
     ch = {"RGB": base, "D": 1, "ED": 1, "RGB+D": base + 1, "RGB+ED": base + 1}[render_mode]
 
@@ -45,6 +48,9 @@ def render(means, quats, scales, opacities, colors, viewmat, K, width, height, *
         pc = R @ means[i] + t
         if pc[2] <= near_plane:
             continue
+        off = np.zeros(2) if means2d_offset is None else np.asarray(means2d_offset, np.float64)[i]
+        sx, sy = px - off[0], py - off[1]
+        rays = np.stack([(sx - cx) / fx, (sy - cy) / fy, np.ones_like(sx, dtype=np.float64)], -1)
         Rq = R @ rotmat(quats[i])
         tu, tv, normal = Rq[:, 0] * scales[i][0], Rq[:, 1] * scales[i][1], Rq[:, 2]
         if normal @ pc > 0:  # facing the camera
@@ -58,9 +64,9 @@ def render(means, quats, scales, opacities, colors, viewmat, K, width, height, *
         uvz = np.linalg.solve(mats, np.broadcast_to(-pc, rays.shape[:2] + (3,))[..., None])[..., 0]
         u, v, z = uvz[..., 0], uvz[..., 1], uvz[..., 2]
         mx, my = fx * pc[0] / pc[2] + cx, fy * pc[1] / pc[2] + cy
-        exponent = np.minimum(0.5 * (u * u + v * v), (px - mx) ** 2 + (py - my) ** 2)
-        weight = np.where(ok, np.exp(-exponent), 0.0)
-        z = np.where(ok, z, pc[2])
+        g3, g2 = 0.5 * (u * u + v * v), (sx - mx) ** 2 + (sy - my) ** 2
+        z = np.where(ok & (g3 <= g2), z, pc[2])  # where the low pass draws the disk: the centre's depth
+        weight = np.where(ok & (z >= near_plane), np.exp(-np.minimum(g3, g2)), 0.0)
         col = sh_color(colors[i][: (sh_degree + 1) ** 2], means[i] - campos, sh_degree) if sh_degree is not None \
             else colors[i]
         items.append((pc[2], i, opacities[i], weight, z, col, normal))

@@ -14,7 +14,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as pltriton
 
 import kernel_races
-from jax_backend import make_layout, traced_rasterization
+from jax_backend import make_layout, traced_rasterization, traced_rasterization_2dgs
 from jax_backend.rendering.rasterization import RENDER_MODES
 from scenes import cameras, hard_scene
 
@@ -45,6 +45,27 @@ def test_pallas_kernels_have_no_racing_store(render_mode, tile_devices):
     assert kernel_races.races(jaxpr) == []
     # the backward's per-Gaussian sums are atomic adds: one per row of blend.gradient_rows
     rows = kernels["jaxgs_composite_backward"].params["out_avals"][0].shape[1]
+    assert kernel_races.atomics(jaxpr) == rows
+
+
+def test_surfel_kernels_have_no_racing_store():
+    """2DGS's surfels through the same kernels (`blend_surfel`'s rule): every output (colour, normals,
+    depth, distortion, median) differentiated."""
+    scene = hard_scene(n=40, seed=1)
+    vms, Ks = cameras(W, H, n=1, seed=1)
+
+    def loss(m, q, s, o, c):
+        out = traced_rasterization_2dgs(m, q, s, o, c, vms, Ks, W, H, render_mode="RGB+ED", rasterizer="pallas",
+                                        isect_capacity=1 << 12)
+        return sum(jnp.sum(x) for x in out[:6])
+
+    args = [jnp.asarray(scene[k], jnp.float32) for k in ("means", "quats", "scales", "opacities", "colors")]
+    jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1, 2, 3, 4)))(*args)
+    kernels = {kernel_races.kernel_name(e): e for e in kernel_races.pallas_calls(jaxpr)}
+    assert set(kernels) == {"jaxgs_composite_forward", "jaxgs_composite_backward"}, kernels
+    assert kernel_races.races(jaxpr) == []
+    rows = kernels["jaxgs_composite_backward"].params["out_avals"][0].shape[1]
+    assert rows == 10 + 6 + 2  # the surfel's rows, colour and normal channels, |d means2d|
     assert kernel_races.atomics(jaxpr) == rows
 
 

@@ -192,7 +192,7 @@ class BlendRule(NamedTuple):
     """How one kind of splat is blended into pixels: what the rasterizers walk every tile's list
     with. The rasterizers (flat, standard, pallas) are walks over the tiles' lists and know nothing
     of the splat: each reads the rule from its config (`CompositeConfig.rule`). Two rules exist:
-    this module's `GAUSSIAN_RULE` (3DGS's EWA-projected Gaussians) and `blend_surfel.SURFEL_RULE`
+    this module's `GAUSSIAN_RULE` (3DGS's EWA-projected Gaussians) and `blend_surfel.surfel_rule`
     (2DGS's disks, ray-disk intersections).
 
     Per-pixel states (`initial_state`'s, `initial_back`'s) and cotangents are NamedTuples whose

@@ -1,5 +1,6 @@
 """The per-surfel, per-pixel blend rule of 2D Gaussian Splatting (Huang et al. 2024), forward and
-backward, written once: `SURFEL_RULE`, the `blend.BlendRule` the rasterizers walk 2DGS tiles with.
+backward, written once: `surfel_rule(near_plane)`, the `blend.BlendRule` the rasterizers walk 2DGS
+tiles with.
 
 A surfel (a 2D Gaussian: a disk with centre p, tangent axes t_u, t_v) is drawn through its ray
 transform, in pixels relative to the pixel c of its centre: the disk's point U = (u, v, 1) lies on
@@ -13,7 +14,11 @@ dx r2 - r0 and h_v = dy r2 - r1 are both orthogonal to U: U is along c = h_u x h
 the disk's plane: no intersection), and the intersection's camera depth is z = r2 . U.
 
   weight = exp(-min((u^2 + v^2) / 2, |x - c|^2)): the disk's Gaussian, or the screen-space low pass
-  (standard deviation sqrt(2)/2 pixel) around the centre's pixel c, whichever is larger;
+  (standard deviation sqrt(2)/2 pixel) around the centre's pixel c, whichever is larger; the hit's
+  depth z where the disk's Gaussian is the larger, the centre's depth where the low pass is (as
+  the paper's code: a disk drawn by the low pass, too small or seen edge-on, has no meaningful
+  intersection; a near-grazing one would be far off and ill-conditioned); a hit nearer than the
+  near plane (behind the camera included) is skipped;
   alpha = min(0.99, o weight), and 3DGS's rules: skipped below 1/255, stopped before T < 1e-4.
 Blended per pixel: the features (colours, the surfel's normal) with weights w = alpha T, the depth
 z, and two maps of their own:
@@ -29,6 +34,7 @@ sum_{j>i} w_j z_j (the depth behind) and the distortion among the surfels behind
 """
 from __future__ import annotations
 
+from functools import lru_cache, partial
 from typing import NamedTuple
 
 import jax.numpy as jnp
@@ -96,9 +102,9 @@ class Hit(NamedTuple):
     dy: jnp.ndarray
 
 
-def surfel_hit(px: Pixels, g) -> Hit:
+def surfel_hit(px: Pixels, g, near_plane: float) -> Hit:
     """The ray-surfel intersection at the pixel centres `px` for packed parameters `g`
-    [SURFEL_GEOM, ...] broadcast against them."""
+    [SURFEL_GEOM, ...] broadcast against them; no hit nearer than `near_plane`."""
     dx, dy = px.x - g[7], px.y - g[8]
     hu = (dx * g[4] - g[0], dx * g[5] - g[1], dx * g[6])
     hv = (dy * g[4] - g[2], dy * g[5] - g[3], dy * g[6])
@@ -107,10 +113,11 @@ def surfel_hit(px: Pixels, g) -> Hit:
     ok = jnp.abs(c2) > PARALLEL * norms
     c2 = jnp.where(ok, c2, 1.0)
     u, v = c0 / c2, c1 / c2
-    z = g[4] * u + g[5] * v + g[6]
     g3 = 0.5 * (u * u + v * v)
     g2 = dx * dx + dy * dy
     disk = g3 <= g2
+    z = jnp.where(disk, g[4] * u + g[5] * v + g[6], g[6])
+    ok = ok & (z >= near_plane)
     vis = jnp.where(ok, jnp.exp(-jnp.minimum(g3, g2)), 0.0)
     raw = g[9] * vis
     return Hit(jnp.minimum(ALPHA_MAX, raw), raw, vis, disk, u, v, jnp.where(ok, z, 0.0), c2, hu, hv, dx, dy)
@@ -132,9 +139,9 @@ def initial_state(inside, ch: int, per_channel: bool = False) -> SurfelState:
     )
 
 
-def blend_forward(state: SurfelState, px: Pixels, s: Splat) -> SurfelState:
+def blend_forward(state: SurfelState, px: Pixels, s: Splat, near_plane: float) -> SurfelState:
     """Blend one surfel into the pixels (front to back)."""
-    hit = surfel_hit(px, s.geom)
+    hit = surfel_hit(px, s.geom, near_plane)
     blend = s.in_range & ~state.done & (hit.alpha >= ALPHA_MIN)
     next_T = state.T * (1.0 - hit.alpha)
     stop = blend & (next_T < T_MIN)
@@ -159,12 +166,12 @@ def initial_back(cot: SurfelCotangents, behind0) -> SurfelBack:
     return SurfelBack(T=cot.T_final, behind=behind0, depth=zeros, distort=zeros)
 
 
-def blend_backward(state: SurfelBack, px: Pixels, s: Splat, cot: SurfelCotangents):
+def blend_backward(state: SurfelBack, px: Pixels, s: Splat, cot: SurfelCotangents, near_plane: float):
     """One step of the back-to-front walk: un-blend the surfel and return its per-pixel gradients
     (geom rows SURFEL_GEOM_ROWS; `abs_means` |d mean_x|, |d mean_y|: moving the centre's pixel
     moves the whole footprint on screen, the means2d probe's statistic)."""
     g, f = s.geom, s.feats
-    hit = surfel_hit(px, g)
+    hit = surfel_hit(px, g, near_plane)
     alpha, z = hit.alpha, hit.z
     active = s.in_range & (s.pos < cot.last) & (alpha >= ALPHA_MIN)
     inv = 1.0 / (1.0 - alpha)
@@ -185,12 +192,13 @@ def blend_backward(state: SurfelBack, px: Pixels, s: Splat, cot: SurfelCotangent
     d_z = w * cot.dD + cot.dDist * 2.0 * w * (A - B) + jnp.where(s.pos + 1 == cot.median_last, cot.dMed, 0.0)
     d_z = jnp.where(active, d_z, 0.0)
 
-    # through alpha = o exp(-min(g3, g2)) and z = r2 . (u, v, 1)
+    # through alpha = o exp(-min(g3, g2)) and z = r2 . (u, v, 1) (the disk's) or r2's depth (the low pass's)
     d_e = -hit.raw * d_alpha
     d_g3 = jnp.where(hit.disk, d_e, 0.0)
     d_g2 = jnp.where(hit.disk, 0.0, d_e)
-    d_u = d_g3 * hit.u + d_z * g[4]
-    d_v = d_g3 * hit.v + d_z * g[5]
+    d_zd = jnp.where(hit.disk, d_z, 0.0)  # z of the disk's intersection
+    d_u = d_g3 * hit.u + d_zd * g[4]
+    d_v = d_g3 * hit.v + d_zd * g[5]
     d_c = (d_u / hit.c2, d_v / hit.c2, -(d_u * hit.u + d_v * hit.v) / hit.c2)  # u = c0 / c2, v = c1 / c2
     d_hu = _cross(hit.hv, d_c)  # c = h_u x h_v
     d_hv = _cross(d_c, hit.hu)
@@ -198,7 +206,7 @@ def blend_backward(state: SurfelBack, px: Pixels, s: Splat, cot: SurfelCotangent
     d_mean = (-(d_hu[0] * g[4] + d_hu[1] * g[5] + d_hu[2] * g[6]) - 2.0 * dx * d_g2,  # h_u = dx r2 - r0, dx = x - mean_x
               -(d_hv[0] * g[4] + d_hv[1] * g[5] + d_hv[2] * g[6]) - 2.0 * dy * d_g2)
     geom = (-d_hu[0], -d_hu[1], -d_hv[0], -d_hv[1],
-            dx * d_hu[0] + dy * d_hv[0] + d_z * hit.u, dx * d_hu[1] + dy * d_hv[1] + d_z * hit.v,
+            dx * d_hu[0] + dy * d_hv[0] + d_zd * hit.u, dx * d_hu[1] + dy * d_hv[1] + d_zd * hit.v,
             dx * d_hu[2] + dy * d_hv[2] + d_z) + d_mean + (d_alpha * hit.vis,)
     grads = PixelGrads(geom=geom, feats=scaled(w, cot.dC), abs_means=tuple(jnp.abs(x) for x in d_mean))
     back = SurfelBack(
@@ -210,4 +218,10 @@ def blend_backward(state: SurfelBack, px: Pixels, s: Splat, cot: SurfelCotangent
     return back, grads
 
 
-SURFEL_RULE = BlendRule(SURFEL_GEOM_ROWS, initial_state, blend_forward, initial_back, blend_backward)
+@lru_cache(maxsize=None)
+def surfel_rule(near_plane: float) -> BlendRule:
+    """The rule for surfels with hits from `near_plane` on (one object per value: rules are part
+    of the compiled programs' keys)."""
+    near_plane = float(near_plane)
+    return BlendRule(SURFEL_GEOM_ROWS, initial_state, partial(blend_forward, near_plane=near_plane), initial_back,
+                     partial(blend_backward, near_plane=near_plane))

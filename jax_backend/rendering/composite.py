@@ -12,7 +12,9 @@ import numpy as np
 
 from ..layout import Layout
 from .blend import GAUSSIAN_RULE, GEOM_ROWS, BlendRule, PixelCotangents
-from .blend_surfel import SURFEL_GEOM_ROWS, SURFEL_RULE, SurfelCotangents
+from functools import lru_cache
+
+from .blend_surfel import SURFEL_GEOM_ROWS, SurfelCotangents, surfel_rule
 from .rasterize_flat import flat_backward, flat_forward
 from .rasterize_pallas import pallas_backward, pallas_forward
 from .rasterize_standard import standard_backward, standard_forward
@@ -101,8 +103,15 @@ def _surfel_cotangents(res, cot):
     return SurfelCotangents(last, T_final, depth, median_last, jnp.moveaxis(cot[0], -1, 0), *cot[1:])
 
 
-SURFELS = Splatting(SURFEL_RULE, _surfel_maps, _surfel_cotangents,
-                    lambda st: (st.last, st.T, st.depth, st.median_last), SURFEL_GEOM_ROWS.index("mean_x"))
+def _surfel_residuals(state):
+    return state.last, state.T, state.depth, state.median_last
+
+
+@lru_cache(maxsize=None)
+def surfels(near_plane: float) -> Splatting:
+    """2DGS's surfels, hits from `near_plane` on (`blend_surfel.surfel_rule`; one object per value)."""
+    return Splatting(surfel_rule(float(near_plane)), _surfel_maps, _surfel_cotangents, _surfel_residuals,
+                     SURFEL_GEOM_ROWS.index("mean_x"))
 
 
 class CompositeConfig(NamedTuple):
@@ -113,7 +122,7 @@ class CompositeConfig(NamedTuple):
     options: RasterizerOptions
     absgrad: bool  # the means2d probe receives sum |dL/dmeans2d| instead of dL/dmeans2d
     layout: Layout  # the devices it is built for; the tiles are dealt over `layout.tile_devices` (`tile_parallel`)
-    splatting: Splatting = GAUSSIANS  # what is splatted: GAUSSIANS (3DGS) or SURFELS (2DGS)
+    splatting: Splatting = GAUSSIANS  # what is splatted: GAUSSIANS (3DGS) or surfels(near_plane) (2DGS)
 
     @property
     def rule(self) -> BlendRule:

@@ -50,7 +50,7 @@ def render_config(width: int, height: int, *, tile_size: int = 16, render_mode: 
                   eps2d: float = 0.3, use_sh: bool = False, isect_capacity: int = 1,
                   camera_model: str = "pinhole", splatting: Splatting = GAUSSIANS) -> RenderConfig:
     """A `RenderConfig` from `rasterization`'s static arguments (`layout` None: `local_layout`;
-    `splatting`: what is splatted, `composite.GAUSSIANS` or `composite.SURFELS`); ValueError naming
+    `splatting`: what is splatted, `composite.GAUSSIANS` or `composite.surfels(near_plane)`); ValueError naming
     a bad one."""
     if render_mode not in RENDER_MODES:
         raise ValueError(f"render_mode must be one of {RENDER_MODES}, got {render_mode!r}")

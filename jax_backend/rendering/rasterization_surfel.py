@@ -1,5 +1,5 @@
 """2D Gaussian Splatting's entry points, shaped like gsplat's `rasterization_2dgs`: the surfels of
-`projection_surfel` blended by the rasterizers with `blend_surfel`'s rule (`composite.SURFELS`),
+`projection_surfel` blended by the rasterizers with `blend_surfel`'s rule (`composite.surfels`),
 with the same binning, intersection buffer policy and exact tile semantics as 3DGS's
 `rasterization` (its eager form grows the buffer; `traced_rasterization_2dgs` takes a static one).
 
@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .binning import bin_gaussians, tile_rect
-from .composite import SURFELS, RasterizerOptions, composite
+from .composite import RasterizerOptions, composite, surfels
 from .projection_surfel import project_surfels
 from .rasterization import RENDER_MODES, RenderConfig, render_config, render_eagerly
 from .sh import sh_to_color
@@ -191,7 +191,7 @@ def _prepared(means, quats, scales, opacities, colors, viewmats, Ks, width, heig
     use_sh = sh_degree is not None
     rc = render_config(width, height, tile_size=tile_size, render_mode=render_mode, rasterizer=rasterizer,
                        options=options, absgrad=absgrad, layout=layout, near_plane=near_plane, use_sh=use_sh,
-                       isect_capacity=int(isect_capacity or 1), splatting=SURFELS)
+                       isect_capacity=int(isect_capacity or 1), splatting=surfels(near_plane))
     if means2d_probe is None:
         means2d_probe = zeros((viewmats.shape[0], means.shape[0], 2), np.float32)
     degree = jnp.asarray(sh_degree if use_sh else 0, jnp.int32)
