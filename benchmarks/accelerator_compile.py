@@ -163,13 +163,14 @@ def small_trainer(strategy: str = "default", corrections: bool = False, **strate
 def small_render_programs(n: int = 2000):
     """{"render": the eval / viewer render (RGB + expected depth, SH 3), "raster": forward +
     backward of a render's sum, "raster-fisheye": the same through a fisheye camera with its four
-    coefficients (an argument)}: (the function built for a layout, `fn(layout)`; float32
-    arguments) from one of `small_cameras`."""
+    coefficients (an argument), "raster-2dgs": forward + backward of a 2DGS render (the same
+    points as surfels: colours, expected depth, normals, surface normals, distortion, median)}:
+    (the function built for a layout, `fn(layout)`; float32 arguments) from one of `small_cameras`."""
     import jax
     import jax.numpy as jnp
     import numpy as np
 
-    from jax_backend import traced_rasterization
+    from jax_backend import traced_rasterization, traced_rasterization_2dgs
 
     rng = np.random.default_rng(0)
     viewmat, K = small_cameras(1)
@@ -191,9 +192,18 @@ def small_render_programs(n: int = 2000):
 
         return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))
 
+    def raster_2dgs(layout):
+        def loss(m, q, s, o, c, vm, K):
+            out = traced_rasterization_2dgs(m, q, s, o, c, vm, K, width, height, sh_degree=3, render_mode="RGB+ED",
+                                            isect_capacity=1 << 15, layout=layout)
+            return sum(jnp.sum(x) for x in out[:6])
+
+        return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))
+
     kb4 = np.asarray([0.04, -0.012, 0.003, -0.0004], np.float32)
     return {"render": (render, args), "raster": (raster, args),
-            "raster-fisheye": (lambda layout: raster(layout, "fisheye"), args + [kb4])}
+            "raster-fisheye": (lambda layout: raster(layout, "fisheye"), args + [kb4]),
+            "raster-2dgs": (raster_2dgs, args)}
 
 
 def seed_program(n: int = 100_000):

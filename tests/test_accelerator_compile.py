@@ -102,7 +102,7 @@ def _no_default_precision_and_no_host_traffic(out: dict):
         assert out["probe_host"], out  # its move to pinned host memory
     else:  # compile-only GPU: neither a callback nor host memory can be built (a block with one would not compile)
         assert out["probe_host"] in (None, []), out
-    for name in ("default", "mcmc", "render", "raster", "raster-fisheye"):
+    for name in ("default", "mcmc", "render", "raster", "raster-fisheye", "raster-2dgs"):
         assert out[name]["default_precision"] == [], (name, out[name]["default_precision"])
         assert out[name]["host_traffic"] == [], (name, out[name]["host_traffic"])
 
@@ -115,7 +115,7 @@ def test_train_block_density_control_and_render_compile_for_tpu(topology):
     # TPU programs bin by radix sorts (array_ops.radix_sort), not XLA's sort (25-41 s each for a v6e);
     # the train block keeps one small one (the view draw's, over the views); density control none
     # (for TPU a scatter of booleans, or of 24,576 rows with repeated ids, is compiled around a sort)
-    assert out["render"]["sorts"] == 0 and out["raster"]["sorts"] == 0 and out["raster-fisheye"]["sorts"] == 0, out
+    assert all(out[name]["sorts"] == 0 for name in ("render", "raster", "raster-fisheye", "raster-2dgs")), out
     assert out["render"]["triton"] == 0, out  # the flat rasterizer: Pallas is for GPUs
     assert out["budget_refine_sorts"] == 0, out  # the budget's order by gradient: a radix sort too
     assert out["default"]["sorts"] <= 1 and out["mcmc"]["sorts"] <= 1, out
@@ -133,7 +133,7 @@ def test_train_block_and_render_compile_for_h200_with_one_kernel_per_compositing
     out = _compiled("h200", "JAXGS_REQUIRE_GPU_COMPILE", "the CUDA plugin (jax[cuda13])")
     assert out["platform"] == "gpu"
     assert out["render"]["triton"] == 1 and out["render"]["whiles"] == 0, out
-    for name in ("raster", "raster-fisheye"):  # a fisheye camera changes the projection, not the kernels
+    for name in ("raster", "raster-fisheye", "raster-2dgs"):  # a fisheye or surfels: other projections, the same kernels
         assert out[name]["triton"] == 2 and out[name]["whiles"] <= 2 and out[name]["data_dependent"] == 0, out
     for name in ("default", "mcmc"):  # one step's forward and backward kernels inside the block's scan
         assert out[name]["triton"] == 2 and out[name]["data_dependent"] == 0, out
@@ -142,11 +142,15 @@ def test_train_block_and_render_compile_for_h200_with_one_kernel_per_compositing
     forward, backward = out["raster"]["triton_writes"]
     assert forward["store"] > 0 and forward["atomic_fadd"] == 0, out["raster"]
     assert backward == {"store": 0, "atomic_fadd": 11, "atomic_other": 0}, out["raster"]
+    # the surfels' backward: 10 packed parameters + 3 colours + 3 normal channels + 2 |d means2d|
+    forward, backward = out["raster-2dgs"]["triton_writes"]
+    assert forward["store"] > 0 and forward["atomic_fadd"] == 0, out["raster-2dgs"]
+    assert backward == {"store": 0, "atomic_fadd": 18, "atomic_other": 0}, out["raster-2dgs"]
     # and they are the blocks' only updates in no fixed order (docs/gpu.md, "What is and is not
     # bit-identical on a GPU"): no scatter whose result depends on the order of its updates, but for
     # the bilateral grids' gradients (the default block has them on: the slicing's gather, transposed
     # into float sums onto the [1, 12, 4, 4, 4] grid cells)
-    for name in ("mcmc", "raster", "raster-fisheye"):
+    for name in ("mcmc", "raster", "raster-fisheye", "raster-2dgs"):
         assert out[name]["order_dependent_scatters"] == [], (name, out[name]["order_dependent_scatters"])
     grids = out["default"]["order_dependent_scatters"]
     assert grids and all(" = f32[1,12,4,4,4]" in line for line in grids), grids
