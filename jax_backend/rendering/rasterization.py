@@ -73,13 +73,9 @@ def render_config(width: int, height: int, *, tile_size: int = 16, render_mode: 
                         camera_model)
 
 
-def _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degree, backgrounds, distortion):
-    n = means.shape[0] if means.ndim == 2 else -1
-    if means.ndim != 2 or means.shape[1] != 3:
-        raise ValueError(f"means must be [N,3], got {means.shape}")
-    for name, x, shape in (("quats", quats, (n, 4)), ("scales", scales, (n, 3)), ("opacities", opacities, (n,))):
-        if tuple(x.shape) != shape:
-            raise ValueError(f"{name} must be {list(shape)} for N={n}, got {list(x.shape)}")
+def check_colors_and_cameras(n: int, colors, viewmats, Ks, sh_degree, backgrounds) -> int:
+    """ValueError naming a bad one of a render's colours, cameras or backgrounds for N = `n` splats;
+    else the number of cameras."""
     if viewmats.ndim != 3 or viewmats.shape[1:] != (4, 4):
         raise ValueError(f"viewmats must be [C,4,4], got {viewmats.shape}")
     c = viewmats.shape[0]
@@ -92,6 +88,33 @@ def _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degr
         raise ValueError(f"with sh_degree, colors must be SH coefficients [N,K,3], K in 1,4,9,16; got {colors.shape}")
     if backgrounds is not None and (backgrounds.ndim != 2 or backgrounds.shape[0] != c):
         raise ValueError(f"backgrounds must be [C,D], got {backgrounds.shape}")
+    return c
+
+
+def per_camera(one, colors, per_camera_colors: bool, cameras):
+    """`one((colors, *camera))` for each camera's entries of `cameras` (a tuple of [C, ...] arrays
+    or None), one after another (`lax.map`), not vmapped: a vmapped while loop would run every
+    camera to the longest one and select over whole carries at each step. `colors` [C, N, D] go
+    with their camera when `per_camera_colors`, else the same for all."""
+    xs = (colors if per_camera_colors else None,) + tuple(cameras)
+
+    def call(x):
+        return one((x[0] if per_camera_colors else colors,) + tuple(x[1:]))
+
+    if cameras[0].shape[0] == 1:
+        out = call(jax.tree_util.tree_map(lambda x: x[0], xs))
+        return jax.tree_util.tree_map(lambda x: x[None], out)
+    return jax.lax.map(call, xs)
+
+
+def _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degree, backgrounds, distortion):
+    n = means.shape[0] if means.ndim == 2 else -1
+    if means.ndim != 2 or means.shape[1] != 3:
+        raise ValueError(f"means must be [N,3], got {means.shape}")
+    for name, x, shape in (("quats", quats, (n, 4)), ("scales", scales, (n, 3)), ("opacities", opacities, (n,))):
+        if tuple(x.shape) != shape:
+            raise ValueError(f"{name} must be {list(shape)} for N={n}, got {list(x.shape)}")
+    c = check_colors_and_cameras(n, colors, viewmats, Ks, sh_degree, backgrounds)
     if distortion.shape != (c, 4):
         raise ValueError(f"distortion must be the fisheye's (k1, k2, k3, k4): [4] or [C,4] for C={c}, got "
                          f"{distortion.shape}")
@@ -142,20 +165,10 @@ def _render_one(rc: RenderConfig, means, quats, scales, opacities, colors, viewm
 @partial(jax.jit, static_argnums=(0,))
 def _rasterize_jit(rc: RenderConfig, means, quats, scales, opacities, colors, viewmats, Ks, distortions, backgrounds,
                    probe, sh_degree):
-    """Cameras one after another (`lax.map`), not vmapped: a vmapped while loop would run every
-    camera to the longest one and select over whole carries at each step."""
-    per_camera_colors = not rc.use_sh and colors.ndim == 3
+    """Cameras one after another (`per_camera`)."""
     fn = partial(_render_one, rc, means, quats, scales, opacities)
-
-    def one(xs):
-        col, vm, K, dist, bg, pr = xs
-        return fn(col if per_camera_colors else colors, vm, K, dist, bg, pr, sh_degree)
-
-    xs = (colors if per_camera_colors else None, viewmats, Ks, distortions, backgrounds, probe)
-    if viewmats.shape[0] == 1:
-        out = one(jax.tree_util.tree_map(lambda x: x[0], xs))
-        return jax.tree_util.tree_map(lambda x: x[None], out)
-    return jax.lax.map(one, xs)
+    return per_camera(lambda xs: fn(*xs, sh_degree), colors, not rc.use_sh and colors.ndim == 3,
+                      (viewmats, Ks, distortions, backgrounds, probe))
 
 
 @partial(jax.jit, static_argnums=(7, 8, 9, 10, 11, 12, 13))

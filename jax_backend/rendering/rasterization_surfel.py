@@ -19,7 +19,8 @@ import numpy as np
 from .binning import bin_gaussians, tile_rect
 from .composite import RasterizerOptions, composite, surfels
 from .projection_surfel import project_surfels
-from .rasterization import RENDER_MODES, RenderConfig, render_config, render_eagerly
+from .rasterization import (RENDER_MODES, RenderConfig, check_colors_and_cameras, per_camera, render_config,
+                            render_eagerly)
 from .sh import sh_to_color
 from .tile_parallel import gathered
 from .tiles import TileGrid
@@ -53,18 +54,7 @@ def _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degr
     if scales.ndim != 2 or scales.shape[0] != n or scales.shape[1] not in (2, 3):
         raise ValueError(f"scales must be [N,2] (a surfel's two axes) or [N,3] (the third not drawn) for N={n}, "
                          f"got {list(scales.shape)}")
-    if viewmats.ndim != 3 or viewmats.shape[1:] != (4, 4):
-        raise ValueError(f"viewmats must be [C,4,4], got {viewmats.shape}")
-    c = viewmats.shape[0]
-    if Ks.shape != (c, 3, 3):
-        raise ValueError(f"Ks must be [C,3,3] for C={c}, got {Ks.shape}")
-    if sh_degree is None:
-        if colors.ndim not in (2, 3) or colors.shape[-2] != n or (colors.ndim == 3 and colors.shape[0] != c):
-            raise ValueError(f"colors must be [N,D] or [C,N,D] without sh_degree, got {colors.shape}")
-    elif colors.ndim != 3 or colors.shape[0] != n or colors.shape[2] != 3 or colors.shape[1] not in (1, 4, 9, 16):
-        raise ValueError(f"with sh_degree, colors must be SH coefficients [N,K,3], K in 1,4,9,16; got {colors.shape}")
-    if backgrounds is not None and (backgrounds.ndim != 2 or backgrounds.shape[0] != c):
-        raise ValueError(f"backgrounds must be [C,D], got {backgrounds.shape}")
+    check_colors_and_cameras(n, colors, viewmats, Ks, sh_degree, backgrounds)
 
 
 def _render_one(rc: RenderConfig, depth_mode, means, quats, scales, opacities, colors, viewmat, K, background, probe,
@@ -111,19 +101,10 @@ def _render_one(rc: RenderConfig, depth_mode, means, quats, scales, opacities, c
 @partial(jax.jit, static_argnums=(0, 1))
 def _rasterize_jit(rc: RenderConfig, depth_mode: str, means, quats, scales, opacities, colors, viewmats, Ks,
                    backgrounds, probe, sh_degree):
-    """Cameras one after another (`lax.map`), as `rasterization`'s."""
-    per_camera_colors = not rc.use_sh and colors.ndim == 3
+    """Cameras one after another (`rasterization.per_camera`)."""
     fn = partial(_render_one, rc, depth_mode, means, quats, scales, opacities)
-
-    def one(xs):
-        col, vm, K, bg, pr = xs
-        return fn(col if per_camera_colors else colors, vm, K, bg, pr, sh_degree)
-
-    xs = (colors if per_camera_colors else None, viewmats, Ks, backgrounds, probe)
-    if viewmats.shape[0] == 1:
-        out = one(jax.tree_util.tree_map(lambda x: x[0], xs))
-        return jax.tree_util.tree_map(lambda x: x[None], out)
-    return jax.lax.map(one, xs)
+    return per_camera(lambda xs: fn(*xs, sh_degree), colors, not rc.use_sh and colors.ndim == 3,
+                      (viewmats, Ks, backgrounds, probe))
 
 
 @partial(jax.jit, static_argnums=(6, 7, 8, 9))
