@@ -1,6 +1,8 @@
 """2D Gaussian Splatting's `rasterization_2dgs` on every rasterizer against the float64 reference
 (`reference_2dgs`: each pixel's ray intersected with each disk, no tiles), its gradients against
 central finite differences of that reference, and `depth_to_normals` against a plane's closed form."""
+from functools import partial
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -179,3 +181,26 @@ def test_gradients_match_finite_differences(fd_case, rasterizer):
         scale = np.abs(want).max()
         assert scale > 1e-3, k  # every parameter reaches the loss
         np.testing.assert_allclose(g, want, atol=2e-3 * scale, rtol=2e-3, err_msg=k)
+
+
+def test_absgrad_is_the_sum_over_pixels_of_each_pixels_probe_gradient():
+    """With `absgrad` the probe's cotangent is sum over pixels |dL_pixel / d means2d| (gsplat's
+    absgrad, the densification statistic): computed pixel by pixel from the plain gradient (checked
+    against finite differences above) it is the same."""
+    p = _grad_scene(n=4)
+    w, h = 12, 10
+    vms, Ks = cameras(w, h, n=1, radius=2.5, seed=4)
+
+    def loss(probe, weights, absgrad):
+        colors, alphas, *_ = traced_rasterization_2dgs(
+            p["means"], p["quats"], p["scales"], p["opacities"], p["colors"], vms, Ks, w, h, render_mode="RGB+D",
+            rasterizer="flat", isect_capacity=1 << 14, means2d_probe=probe, absgrad=absgrad)
+        return jnp.sum(colors[0] * weights[..., None]) + jnp.sum(alphas[0, ..., 0] * weights)
+
+    probe = jnp.zeros((1, 4, 2), jnp.float32)
+    plain = jax.jit(jax.grad(partial(loss, absgrad=False)))
+    per_pixel = sum(np.abs(np.asarray(plain(probe, jnp.zeros((h, w)).at[j, i].set(1.0))))
+                    for j in range(h) for i in range(w))
+    absolute = np.asarray(jax.grad(partial(loss, absgrad=True))(probe, jnp.ones((h, w))))
+    assert per_pixel.min() > 0  # every surfel is on the image
+    np.testing.assert_allclose(absolute, per_pixel, rtol=1e-4, atol=1e-6 * per_pixel.max())
