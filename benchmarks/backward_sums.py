@@ -30,7 +30,6 @@ def per_intersection_backward(cfg, geom, feats, ids, tiles, cot, behind0):
     import jax
     import jax.numpy as jnp
 
-    from jax_backend.rendering.blend import split_rows
     from jax_backend.rendering.rasterize_pallas import backward_call
 
     ch, n = feats.shape
@@ -40,8 +39,8 @@ def per_intersection_backward(cfg, geom, feats, ids, tiles, cot, behind0):
         acc_ref[slot, jnp.int32(k)] = value
 
     zeros = jnp.zeros((ids.shape[0], geom.shape[0] + ch + 2), jnp.float32)
-    rows = backward_call(geom, feats, ids, tiles, cot, behind0, store_at_slot, zeros)
-    return split_rows(jax.ops.segment_sum(rows, ids, num_segments=n), ch)
+    rows = backward_call(geom, feats, ids, tiles, cot, behind0, store_at_slot, zeros, cfg.layout.platform, cfg.rule)
+    return cfg.rule.split_rows(jax.ops.segment_sum(rows, ids, num_segments=n), ch)
 
 
 def _register():
