@@ -39,6 +39,22 @@ def sh_color(coeffs, d, degree):
     return np.maximum(c + 0.5, 0.0)
 
 
+def central_differences(loss, params: dict, eps: float = 1e-6) -> dict:
+    """d loss / d params by central differences, entry by entry: `params` a dict of float64 arrays,
+    `loss(params)` a float (every reference gradient test's road to its truth)."""
+    grads = {}
+    for k, v in params.items():
+        g = np.zeros_like(v)
+        for idx in np.ndindex(v.shape):
+            hi = {kk: vv.copy() for kk, vv in params.items()}
+            lo = {kk: vv.copy() for kk, vv in params.items()}
+            hi[k][idx] += eps
+            lo[k][idx] -= eps
+            g[idx] = (loss(hi) - loss(lo)) / (2 * eps)
+        grads[k] = g
+    return grads
+
+
 def camera_point(camera_model, p, K, distortion=None):
     """Where a camera draws the camera-space point p = (x, y, z): its pixel (u, v), from the
     models' definitions (pinhole; orthographic: u = fx x + cx; fisheye: OpenCV's / Kannala-Brandt's

@@ -52,19 +52,8 @@ def _ref_loss(p, vms, Ks, wimg, walpha, mode="classic", model="pinhole"):
     return total
 
 
-def _fd(p, vms, Ks, wimg, walpha, mode, model, eps=1e-6):
-    grads = {}
-    for k, v in p.items():
-        g = np.zeros_like(v)
-        for idx in np.ndindex(v.shape):
-            hi = {kk: vv.copy() for kk, vv in p.items()}
-            lo = {kk: vv.copy() for kk, vv in p.items()}
-            hi[k][idx] += eps
-            lo[k][idx] -= eps
-            g[idx] = (_ref_loss(hi, vms, Ks, wimg, walpha, mode, model)
-                      - _ref_loss(lo, vms, Ks, wimg, walpha, mode, model)) / (2 * eps)
-        grads[k] = g
-    return grads
+def _fd(p, vms, Ks, wimg, walpha, mode, model):
+    return reference.central_differences(lambda q: _ref_loss(q, vms, Ks, wimg, walpha, mode, model), p)
 
 
 @pytest.fixture(scope="module", params=[("classic", "pinhole"), ("antialiased", "pinhole"), ("classic", "fisheye"),

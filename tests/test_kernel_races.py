@@ -43,7 +43,7 @@ def test_pallas_kernels_have_no_racing_store(render_mode, tile_devices):
     assert set(kernels) == {"jaxgs_composite_forward", "jaxgs_composite_backward"}, kernels
     assert all(kernel_races.grid_size(e) > 1 for e in kernels.values())  # the check has programs to race
     assert kernel_races.races(jaxpr) == []
-    # the backward's per-Gaussian sums are atomic adds: one per row of blend.gradient_rows
+    # the backward's per-Gaussian sums are atomic adds: one per row of the rule's gradient_rows
     rows = kernels["jaxgs_composite_backward"].params["out_avals"][0].shape[1]
     assert kernel_races.atomics(jaxpr) == rows
 

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import reference
 import reference_2dgs
 from jax_backend import RASTERIZERS, count_intersections_2dgs, depth_to_normals, rasterization_2dgs
 from jax_backend import traced_rasterization_2dgs
@@ -146,16 +147,7 @@ def fd_case():
     p = _grad_scene()
     vms, Ks = cameras(GW, GH, n=2, radius=2.5, seed=4)
     wts = _weights()
-    grads, eps = {}, 1e-6
-    for k, v in p.items():
-        g = np.zeros_like(v)
-        for idx in np.ndindex(v.shape):
-            hi = {kk: vv.copy() for kk, vv in p.items()}
-            lo = {kk: vv.copy() for kk, vv in p.items()}
-            hi[k][idx] += eps
-            lo[k][idx] -= eps
-            g[idx] = (_ref_loss(hi, vms, Ks, wts) - _ref_loss(lo, vms, Ks, wts)) / (2 * eps)
-        grads[k] = g
+    grads = reference.central_differences(lambda q: _ref_loss(q, vms, Ks, wts), p)
     return p, vms, Ks, wts, grads
 
 

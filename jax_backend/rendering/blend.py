@@ -166,21 +166,11 @@ def blend_backward(state: BackState, px: Pixels, s: Splat, cot: PixelCotangents)
 def sum_pixels(grads: PixelGrads):
     """Reduce per-pixel contributions over the last (pixel) axis, Gaussian-major:
     (d geom [..., GEOM], d features [..., ch], |d means2d| [..., 2]); concatenated on the last
-    axis they are the rows of `gradient_rows`."""
+    axis they are the rows of `BlendRule.gradient_rows`."""
     geom = jnp.stack([x.sum(-1) for x in grads.geom], -1)
     feats = jnp.moveaxis(grads.feats.sum(-1), 0, -1)
     absm = jnp.stack([x.sum(-1) for x in grads.abs_means], -1)
     return geom, feats, absm
-
-
-def gradient_rows(n: int, ch: int):
-    """Zeroed per-Gaussian accumulator of `sum_pixels` rows: [n, GEOM + ch + 2]."""
-    return jnp.zeros((n, GEOM + ch + 2), jnp.float32)
-
-
-def split_rows(acc, ch: int, geom: int = GEOM):
-    """[N, geom + ch + 2] rows -> (d geom [N, geom], d features [N, ch], |d means2d| [N, 2])."""
-    return acc[:, :geom], acc[:, geom: geom + ch], acc[:, geom + ch:]
 
 
 def initial_back(cot: PixelCotangents, behind0) -> BackState:
@@ -214,8 +204,9 @@ class BlendRule(NamedTuple):
         return jnp.zeros((n, self.geom + ch + 2), jnp.float32)
 
     def split_rows(self, acc, ch: int):
-        """[N, geom + ch + 2] rows -> (d geom, d features, |d means2d|)."""
-        return split_rows(acc, ch, self.geom)
+        """[N, geom + ch + 2] rows -> (d geom [N, geom], d features [N, ch], |d means2d| [N, 2])."""
+        g = self.geom
+        return acc[:, :g], acc[:, g: g + ch], acc[:, g + ch:]
 
 
 GAUSSIAN_RULE = BlendRule(GEOM_ROWS, initial_state, blend_forward, initial_back, blend_backward)

@@ -3,7 +3,7 @@ forward and backward are those of the rasterizer named in its config (see `RASTE
 the tiles with the config's blend rule (`Splatting`: 3DGS's Gaussians or 2DGS's surfels)."""
 from __future__ import annotations
 
-from functools import partial
+from functools import lru_cache, partial
 from typing import Callable, NamedTuple
 
 import jax
@@ -12,8 +12,6 @@ import numpy as np
 
 from ..layout import Layout
 from .blend import GAUSSIAN_RULE, GEOM_ROWS, BlendRule, PixelCotangents
-from functools import lru_cache
-
 from .blend_surfel import SURFEL_GEOM_ROWS, SurfelCotangents, surfel_rule
 from .rasterize_flat import flat_backward, flat_forward
 from .rasterize_pallas import pallas_backward, pallas_forward

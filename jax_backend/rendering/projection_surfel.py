@@ -81,16 +81,16 @@ def project_surfels(means, quats, scales, opacities, viewmat, K, width: int, hei
     rho2 = 2.0 * level
     r0, r1, c, w2 = jax.lax.stop_gradient((r0, r1, c, zs * zs))
     mean = jax.lax.stop_gradient(means2d)
+    lowpass = jnp.sqrt(level)  # the low pass's circle
     lo, hi = [], []
     for k, (r, size) in enumerate(((r0, width), (r1, height))):
         bounded, offset, half = _axis_box(r, c, w2, rho2)
-        lowpass = jnp.sqrt(level)
         lo.append(jnp.where(bounded, jnp.minimum(mean[:, k] + offset - half, mean[:, k] - lowpass), -1.0))
         hi.append(jnp.where(bounded, jnp.maximum(mean[:, k] + offset + half, mean[:, k] + lowpass), size + 1.0))
     lo, hi = jnp.stack(lo, -1), jnp.stack(hi, -1)
     lo = jnp.maximum(lo, -1.0)  # the box past the image matters no more than the image's edge
     hi = jnp.minimum(hi, jnp.array([width + 1.0, height + 1.0]))
     on_screen = jnp.all((hi > 0) & (lo < jnp.array([width, height], jnp.float32)), -1)
-    valid = in_front & (opacities >= ALPHA_MIN) & on_screen & jnp.all(hi >= lo, -1)
+    valid = in_front & (opacities >= ALPHA_MIN) & on_screen  # on screen: lo <= hi after the clamps
     return ProjectedSurfels(transforms, means2d, p[2], normals, 0.5 * (lo + hi), jnp.maximum(0.5 * (hi - lo), 0.0),
                             valid, opacities)

@@ -209,12 +209,8 @@ def rasterization_2dgs(means, quats, scales, opacities, colors, viewmats, Ks, wi
                            absgrad, options, layout, np.zeros)
     count = partial(count_intersections_2dgs, *arrays[:4], arrays[5], arrays[6], width, height, near_plane=near_plane,
                     tile_size=tile_size)
-    return render_eagerly(rc, arrays, partial(_rasterize_jit_eager, depth_mode),
+    return render_eagerly(rc, arrays, lambda rc, *a: _rasterize_jit(rc, depth_mode, *a),
                           None if isect_capacity is not None else count)
-
-
-def _rasterize_jit_eager(depth_mode, rc, *arrays):
-    return _rasterize_jit(rc, depth_mode, *arrays)
 
 
 rasterization_2dgs.__doc__ += _ARGS_DOC
