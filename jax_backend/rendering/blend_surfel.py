@@ -109,8 +109,8 @@ def surfel_hit(px: Pixels, g, near_plane: float) -> Hit:
     hu = (dx * g[4] - g[0], dx * g[5] - g[1], dx * g[6])
     hv = (dy * g[4] - g[2], dy * g[5] - g[3], dy * g[6])
     c0, c1, c2 = _cross(hu, hv)
-    norms = jnp.sqrt((hu[0] * hu[0] + hu[1] * hu[1] + hu[2] * hu[2]) * (hv[0] * hv[0] + hv[1] * hv[1] + hv[2] * hv[2]))
-    ok = jnp.abs(c2) > PARALLEL * norms
+    norms2 = (hu[0] * hu[0] + hu[1] * hu[1] + hu[2] * hu[2]) * (hv[0] * hv[0] + hv[1] * hv[1] + hv[2] * hv[2])
+    ok = c2 * c2 > (PARALLEL * PARALLEL) * norms2  # |c2| > PARALLEL |h_u| |h_v|, without a square root per pixel
     c2 = jnp.where(ok, c2, 1.0)
     u, v = c0 / c2, c1 / c2
     g3 = 0.5 * (u * u + v * v)
