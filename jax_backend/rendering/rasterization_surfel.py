@@ -39,8 +39,8 @@ def depth_to_normals(depth, K):
     dx = pts[1:-1, 2:] - pts[1:-1, :-2]
     dy = pts[2:, 1:-1] - pts[:-2, 1:-1]
     n = jnp.cross(dy, dx)  # x right, y down, z forward: dy x dx points at the camera
-    norm = jnp.sqrt(jnp.sum(n * n, -1, keepdims=True))
-    n = jnp.where(norm > 0, n / jnp.where(norm > 0, norm, 1.0), 0.0)
+    sq = jnp.sum(n * n, -1, keepdims=True)
+    n = jnp.where(sq > 0, n * jax.lax.rsqrt(jnp.where(sq > 0, sq, 1.0)), 0.0)  # no sqrt of 0: finite gradients
     return jnp.pad(n, ((1, 1), (1, 1), (0, 0)))
 
 

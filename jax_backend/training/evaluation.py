@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from .gaussians import render_gaussians
+from .gaussians import render_gaussians, render_surfels
 from .loss import psnr
 from .trainer import Trainer
 
@@ -14,7 +14,16 @@ def render(trainer: Trainer, viewmat, K, width: int, height: int, background=Non
            distortion=None):
     """The trainer's current Gaussians from one camera at the current SH degree, as training draws
     them (its rasterizer, mode, camera model and layout; `render_gaussians`; `distortion`: a
-    fisheye's k1-k4)."""
+    fisheye's k1-k4). 2DGS disks (`cfg.surfels`): (RGB + expected depth, alpha) of `render_surfels`."""
+    s = trainer.cfg.surfels
+    if s is not None:
+        out = render_surfels(trainer.gaussians, viewmat, K, width, height, sh_degree=trainer.sh_degree,
+                             background=background, rasterizer=trainer.cfg.rasterizer, layout=trainer.layout,
+                             near_plane=s.near_plane, depth_mode=s.depth_mode)
+        if render_mode not in ("RGB", "RGB+ED"):
+            raise ValueError(f"2DGS evaluation renders 'RGB' or 'RGB+ED', got {render_mode!r}")
+        rgb = out["rgb"] if render_mode == "RGB" else np.concatenate([out["rgb"], out["depth"]], -1)
+        return rgb, out["accumulation"]
     return render_gaussians(trainer.gaussians, viewmat, K, width, height, sh_degree=trainer.sh_degree,
                             background=background, render_mode=render_mode, rasterizer=trainer.cfg.rasterizer,
                             rasterize_mode=trainer.cfg.rasterize_mode, layout=trainer.layout,

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..rendering import SH_C0, rasterization
+from ..rendering import SH_C0, rasterization, rasterization_2dgs
 
 PARAM_NAMES = ("means", "scales", "quats", "opacities", "sh0", "shN")
 
@@ -95,6 +95,31 @@ def render_gaussians(gaussians: Gaussians, viewmat, K, width: int, height: int, 
                                      rasterize_mode=rasterize_mode, layout=layout, camera_model=camera_model,
                                      distortion=distortion)
     return np.asarray(colors)[0], np.asarray(alpha)[0]  # on the host: no program per image size for the indexing
+
+
+def render_surfels(gaussians: Gaussians, viewmat, K, width: int, height: int, *, sh_degree, background=None,
+                   rasterizer: str = "auto", keep=None, layout=None, near_plane: float = 0.01,
+                   depth_mode: str = "expected"):
+    """Render the alive Gaussians as 2DGS disks (`rasterization_2dgs`; the third scale is not drawn)
+    from one pinhole camera, eagerly; arguments as `render_gaussians`'s.
+
+    Returns:
+      {"rgb": [H, W, 3], "depth": [H, W, 1] expected depth, "accumulation": [H, W, 1],
+       "normals": [H, W, 3] the blended disk normals (world space), "surf_normals": [H, W, 3]
+       (the `depth_mode` depth's surface normals, world space), "distortion": [H, W, 1],
+       "median_depth": [H, W, 1]}, numpy arrays.
+    """
+    keep = None if keep is None else np.asarray(keep, bool)
+    bg = None if background is None else np.asarray(background, np.float32).reshape(1, -1)
+    means, quats, scales, opacities, sh = _render_inputs(gaussians.params, gaussians.alive, keep)
+    colors, alpha, normals, surf, distort, median, _ = rasterization_2dgs(
+        means, quats, scales, opacities, sh, np.asarray(viewmat, np.float32)[None], np.asarray(K, np.float32)[None],
+        width, height, sh_degree=sh_degree, backgrounds=bg, render_mode="RGB+ED", rasterizer=rasterizer,
+        layout=layout, near_plane=near_plane, depth_mode=depth_mode)
+    colors = np.asarray(colors)[0]
+    return {"rgb": colors[..., :3], "depth": colors[..., 3:], "accumulation": np.asarray(alpha)[0],
+            "normals": np.asarray(normals)[0], "surf_normals": np.asarray(surf)[0],
+            "distortion": np.asarray(distort)[0], "median_depth": np.asarray(median)[0]}
 
 
 @jax.jit

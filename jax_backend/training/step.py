@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Tuple, Union
+from typing import Optional, Tuple, Union
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +12,7 @@ import optax
 
 from .. import array_ops
 from ..layout import Layout
-from ..rendering import traced_rasterization
+from ..rendering import traced_rasterization, traced_rasterization_2dgs
 from .data import Dataset, ViewPlan, downscale_views
 from .gaussians import Gaussians, activated
 from .bilateral import BilateralGridConfig
@@ -25,6 +25,7 @@ from .schedule import sh_degree_at
 from .state import TrainState
 from .strategy import DefaultStrategy, RefineInfo, Strategy
 from .strategy.ops import rows_to_split
+from .surfels import SurfelConfig, as_surfels, geometry_loss, geometry_terms, third_scale_fixed
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     camera_opt: CameraOptConfig = field(default_factory=CameraOptConfig)  # pose corrections (`cameras.py`)
     bilateral: BilateralGridConfig = field(default_factory=BilateralGridConfig)  # appearance (`bilateral.py`)
+    surfels: Optional[SurfelConfig] = None  # set: the Gaussians are 2DGS disks (`surfels.py`)
     seed: int = 0
 
     @property
@@ -100,7 +102,8 @@ def regularization(cfg: TrainConfig, params, alive, step):
     regularisation every 10th step when max_gauss_ratio > 0."""
     reg = cfg.strategy.regularizer(params, alive)
     if cfg.max_gauss_ratio > 0:
-        reg = reg + jnp.where(step % 10 == 0, scale_regularization(params["scales"], alive, cfg.max_gauss_ratio), 0.0)
+        drawn = params["scales"][:, :2] if cfg.surfels else params["scales"]  # a disk's third scale is not drawn
+        reg = reg + jnp.where(step % 10 == 0, scale_regularization(drawn, alive, cfg.max_gauss_ratio), 0.0)
     return reg
 
 
@@ -133,6 +136,27 @@ def placed(layout: Layout, tx, state: TrainState) -> TrainState:
     return layout.constrain(state, rows_to_split(tx, state, layout.tile_devices))
 
 
+def rendered_views(cfg: TrainConfig, layout: Layout, isect_capacity: int, params, alive, viewmats, Ks, width: int,
+                   height: int, backgrounds, probe, distortion, masks, step):
+    """A step's renders of its views [B, H, W, 3], the render's meta, and the loss terms on the
+    renders' geometry: 0 for 3D Gaussians; for 2DGS disks (`cfg.surfels`) the normal consistency
+    and depth distortion (`surfels.geometry_terms`), averaged over the views and weighted."""
+    common = dict(backgrounds=backgrounds, sh_degree=sh_degree_at(step, cfg.sh_degree_interval, cfg.sh_degree),
+                  rasterizer=cfg.rasterizer, isect_capacity=isect_capacity, means2d_probe=probe,
+                  absgrad=cfg.strategy.absgrad, layout=layout)
+    if cfg.surfels is None:
+        renders, _, meta = traced_rasterization(*activated(params, alive), viewmats, Ks, width, height,
+                                                rasterize_mode=cfg.rasterize_mode, camera_model=cfg.camera_model,
+                                                distortion=distortion, **common)
+        return renders, meta, 0.0
+    s = cfg.surfels
+    renders, alphas, normals, surf, distort, _, meta = traced_rasterization_2dgs(
+        *activated(params, alive), viewmats, Ks, width, height, near_plane=s.near_plane, depth_mode=s.depth_mode,
+        **common)
+    consistency, distortion = jax.vmap(geometry_terms)(alphas, normals, surf, distort, masks)
+    return renders, meta, geometry_loss(s, step, jnp.mean(consistency), jnp.mean(distortion))
+
+
 def train_step(cfg: TrainConfig, opt: Optimizers, layout: Layout, isect_capacity: int, downscale: int, plan: ViewPlan,
                data: Dataset, state: TrainState, _):
     """One optimisation step on this replica's views: the loss of the renders (through the per-view
@@ -151,15 +175,14 @@ def train_step(cfg: TrainConfig, opt: Optimizers, layout: Layout, isect_capacity
     targets = step_targets(images, bgs)
 
     def loss_fn(params, probe, learned):
+        params = third_scale_fixed(params) if cfg.surfels is not None else params
         viewmats = corrected_viewmats(fixes, learned, views, data.viewmats[views])
-        renders, _, meta = traced_rasterization(
-            *activated(params, g.alive), viewmats, Ks, width, height, backgrounds=bgs,
-            sh_degree=sh_degree_at(state.step, cfg.sh_degree_interval, cfg.sh_degree), rasterizer=cfg.rasterizer,
-            rasterize_mode=cfg.rasterize_mode, isect_capacity=isect_capacity, means2d_probe=probe, absgrad=strategy.absgrad,
-            layout=layout, camera_model=cfg.camera_model, distortion=data.distortions[views])
+        renders, meta, geometry = rendered_views(cfg, layout, isect_capacity, params, g.alive, viewmats, Ks, width,
+                                                 height, bgs, probe, data.distortions[views], masks, state.step)
         renders = corrected_renders(fixes, learned, views, renders)
         per_view = jax.vmap(photometric_loss, in_axes=(0, 0, 0, None))(renders, targets, masks, cfg.ssim_lambda)
-        loss = jnp.mean(per_view) + regularization(cfg, params, g.alive, state.step) + penalties(fixes, learned)
+        loss = (jnp.mean(per_view) + geometry + regularization(cfg, params, g.alive, state.step)
+                + penalties(fixes, learned))
         return loss, (renders, per_view, meta)
 
     probe = jnp.zeros((plan.views_per_replica, g.capacity, 2), jnp.float32)
@@ -202,7 +225,10 @@ def train_block(cfg: TrainConfig, opt: Optimizers, layout: Layout, scene_extent:
 
 def init_state(cfg: TrainConfig, opt: Optimizers, gaussians: Gaussians, num_views: int = 0) -> TrainState:
     """The state before the first step: fresh optimizer state and statistics, step 0, and the
-    enabled per-view corrections at their start for `num_views` training views."""
+    enabled per-view corrections at their start for `num_views` training views; 2DGS disks
+    (`cfg.surfels`) with their third scale thin (`surfels.as_surfels`)."""
+    if cfg.surfels is not None:
+        gaussians = Gaussians(as_surfels(gaussians.params), gaussians.alive)
     return TrainState(
         gaussians=gaussians,
         opt_state=opt.gaussians.init(gaussians.params),
