@@ -61,6 +61,7 @@ _EXPORTS = {
     "render_surfels": "training.gaussians",
     "SurfelConfig": "training.surfels",
     "as_surfels": "training.surfels",
+    "SURFEL_THICKNESS": "training.surfels",
     "rgb_to_sh0": "training.gaussians",
     "sh0_to_rgb": "training.gaussians",
     "photometric_loss": "training.loss",

@@ -1,4 +1,4 @@
-"""`ns-train jax-gs`, `jax-gs-big` and `jax-gs-mcmc`: registered through the
+"""`ns-train jax-gs`, `jax-gs-big`, `jax-gs-mcmc` and `jax-2dgs`: registered through the
 `nerfstudio.method_configs` entry point.
 
 Kept light: nerfstudio imports it for every `ns-*` command, so JAX is imported lazily elsewhere."""
@@ -15,7 +15,7 @@ from nerfstudio.engine.schedulers import ExponentialDecaySchedulerConfig
 from nerfstudio.plugins.types import MethodSpecification
 
 from .hooks import install_excepthook
-from .model import JaxGSModelConfig
+from .model import Jax2DGSModelConfig, JaxGSModelConfig
 from .pipeline import JaxGSPipelineConfig
 from .trainer import JaxGSTrainerConfig
 
@@ -91,4 +91,10 @@ jax_gs_mcmc_method = MethodSpecification(
     config=_trainer_config("jax-gs-mcmc", JaxGSModelConfig(strategy="mcmc", max_gaussians=1_000_000,
                                                            cull_alpha_thresh=0.005, stop_split_at=25000)),
     description="jax-gs with 3DGS-MCMC density control: a fixed Gaussian budget (--pipeline.model.max-gaussians).",
+)
+
+jax_2dgs_method = MethodSpecification(
+    config=_trainer_config("jax-2dgs", Jax2DGSModelConfig()),
+    description="2D Gaussian Splatting in JAX/XLA: oriented disks with depth and normals you can mesh "
+                "(ns-export tsdf); jax-gs's settings plus the 2DGS losses.",
 )

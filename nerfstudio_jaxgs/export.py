@@ -67,3 +67,40 @@ def write_ply_atomic(filename: str, count: int, map_to_tensors) -> None:
     with atomic_open(filename, size=len(header) + records.nbytes) as f:
         f.write(header)
         f.write(records.tobytes())
+
+
+FREE_SPACE = 1e4  # the depth `camera_renders` gives pixels the splats leave uncovered: beyond any TSDF volume
+
+
+def camera_renders(pipeline, cameras, rgb_output_name: str = "rgb", depth_output_name: str = "depth",
+                   rendered_resolution_scaling_factor: float = 1.0, disable_distortion: bool = False,
+                   return_rgba_images: bool = False):
+    """nerfstudio's `render_trajectory` (what `ns-export tsdf` integrates) for a jax-gs model,
+    camera by camera (a splat model draws cameras, not nerfstudio's ray bundles): (colour images
+    [H, W, 3], or RGBA with the accumulation as alpha; depth images [H, W, 1] as the distance along
+    each pixel's ray, what nerfstudio's TSDF compares; `FREE_SPACE` where less than half the pixel
+    is covered: the TSDF then marks the whole ray free (a depth of 0 would leave it unobserved, and
+    the TSDF's unobserved voxels count as inside: the border between them and the free space seen
+    around the object became a shell of false surface))."""
+    import torch
+
+    if rgb_output_name != "rgb" or depth_output_name != "depth":
+        raise InputError(f"a jax-gs model renders 'rgb' and 'depth' (got --rgb-output-name {rgb_output_name}, "
+                         f"--depth-output-name {depth_output_name})")
+    cameras.rescale_output_resolution(rendered_resolution_scaling_factor)
+    images, depths = [], []
+    for i in range(cameras.size):
+        camera = cameras[i:i + 1]
+        if disable_distortion and camera.distortion_params is not None:
+            camera.distortion_params = torch.zeros_like(camera.distortion_params)
+        with torch.no_grad():
+            out = pipeline.model.get_outputs_for_camera(camera)
+        rgb, alpha = out["rgb"].cpu().numpy(), out["accumulation"].cpu().numpy()
+        K = camera.get_intrinsics_matrices()[0].cpu().numpy()
+        h, w = rgb.shape[:2]
+        ys, xs = np.mgrid[0:h, 0:w] + 0.5
+        ray = np.sqrt(((xs - K[0, 2]) / K[0, 0]) ** 2 + ((ys - K[1, 2]) / K[1, 1]) ** 2 + 1.0)[..., None]
+        depth = np.where(alpha >= 0.5, out["depth"].cpu().numpy() * ray, FREE_SPACE).astype(np.float32)
+        images.append(np.concatenate([rgb, alpha], -1) if return_rgba_images else rgb)
+        depths.append(depth)
+    return images, depths

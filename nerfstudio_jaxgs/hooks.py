@@ -20,6 +20,12 @@ ns-viewer, ns-export, ns-eval and ns-render of a jax-gs config; never for anothe
 - `ExportGaussianSplat.write_ply` (ns-export only) becomes `export.write_ply_atomic`: the output
   folder checked, temporary files of a killed export removed, the same bytes written to a
   temporary file and renamed, so an interrupted export leaves the earlier PLY as it was.
+- `ns-export tsdf` on a jax-gs pipeline (ns-export only; `install_mesh_export`): its renders come
+  from `export.camera_renders`, camera by camera (nerfstudio's `render_trajectory` asks for ray
+  bundles, which a splat model does not draw; the depth handed over is the distance along each
+  ray, as the TSDF reads it), and its NeRF texturing step (`--texture-method nerf`, the default,
+  again ray bundles) is skipped with one line: the mesh keeps the TSDF's vertex colours. Other
+  methods' exports are left as they are.
 - `Viewer.init_scene` gains `viewer.move_to_a_training_camera_if_blind` on each browser's
   connection: a jax-gs scene's viewer opens at a training camera when its default camera sees
   nothing (forward-facing captures). Other methods' viewers are left as they are.
@@ -80,6 +86,36 @@ def install_atomic_export() -> None:
     exporter.ExportGaussianSplat.write_ply = staticmethod(_mark(write_ply_atomic))
 
 
+def _is_jaxgs(pipeline) -> bool:
+    from .pipeline import JaxGSPipeline
+
+    return isinstance(pipeline, JaxGSPipeline)
+
+
+def install_mesh_export() -> None:
+    """In ns-export (its modules loaded): `ns-export tsdf` of a jax-gs pipeline renders by camera
+    and keeps the TSDF's vertex colours (see the module docstring)."""
+    tsdf = sys.modules.get("nerfstudio.exporter.tsdf_utils")
+    texture = sys.modules.get("nerfstudio.exporter.texture_utils")
+    if tsdf is None or texture is None or _ours(tsdf.render_trajectory):
+        return
+    from .export import camera_renders
+
+    trajectory, textured = tsdf.render_trajectory, texture.export_textured_mesh
+
+    def render_trajectory(pipeline, *args, **kwargs):
+        return (camera_renders if _is_jaxgs(pipeline) else trajectory)(pipeline, *args, **kwargs)
+
+    def export_textured_mesh(mesh, pipeline, output_dir, *args, **kwargs):
+        if not _is_jaxgs(pipeline):
+            return textured(mesh, pipeline, output_dir, *args, **kwargs)
+        print(f"[jax-gs] {output_dir}/tsdf_mesh.ply keeps the TSDF's vertex colours: NeRF texturing "
+              "(--texture-method nerf) renders ray bundles, which a splat model does not draw")
+
+    tsdf.render_trajectory = _mark(render_trajectory)
+    texture.export_textured_mesh = _mark(export_textured_mesh)
+
+
 def install_first_view() -> None:
     """nerfstudio's `Viewer.init_scene`, then the first-view check on each client's connection."""
     from nerfstudio.viewer.viewer import Viewer
@@ -106,6 +142,7 @@ def install_pipeline_hooks() -> None:
     enable_compilation_cache()
     use_cpu_cores()
     install_atomic_export()
+    install_mesh_export()
     install_first_view()
 
 

@@ -108,6 +108,40 @@ class JaxGSModelConfig(SplatfactoModelConfig):
     With num-devices D: D replicas of this many devices each (num-devices x tile-devices devices)."""
     seed: int = 0
 
+    def surfels(self):
+        """The 2DGS settings (`jax_backend.SurfelConfig`) when the Gaussians are disks; None: 3DGS."""
+        return None
+
+
+@dataclass
+class Jax2DGSModelConfig(JaxGSModelConfig):
+    """jax-2dgs: 2D Gaussian Splatting (Huang et al. 2024), oriented disks whose rendered depth and
+    normals describe a surface (`ns-export tsdf` meshes it). jax-gs's settings, plus the 2DGS
+    losses' below (the paper's weights and start steps, `jax_backend.training.surfels`)."""
+
+    fisheye: Literal["native", "undistorted"] = "undistorted"
+    """2DGS draws pinhole cameras only: fisheye captures train on the images nerfstudio undistorts."""
+    normal_lambda: float = 0.05
+    """Weight of the normal consistency between the disks' blended normals and the rendered depth's
+    (the paper's)."""
+    normal_start: int = 7000
+    """Step from which the normal consistency counts (the paper's)."""
+    distortion_lambda: float = 0.0
+    """Weight of the depth distortion, sum_ij w_i w_j (z_i - z_j) over camera depth (gsplat's term).
+    Off by default, as in the paper's code; its 100 (unbounded) and 1000 (bounded scenes) weigh
+    another quantity, squared NDC depth differences (docs/2dgs.md)."""
+    distortion_start: int = 3000
+    """Step from which the depth distortion counts (the paper's)."""
+    normals_from: Literal["expected", "median"] = "expected"
+    """The rendered depth the surface normals come from: the expected or the median depth."""
+
+    def surfels(self):
+        from jax_backend import SurfelConfig
+
+        return SurfelConfig(normal_lambda=self.normal_lambda, normal_start=self.normal_start,
+                            distortion_lambda=self.distortion_lambda, distortion_start=self.distortion_start,
+                            depth_mode=self.normals_from)
+
 
 class JaxGSModel(SplatfactoModel):
     config: JaxGSModelConfig
@@ -183,6 +217,10 @@ class JaxGSModel(SplatfactoModel):
             from jax_backend import alive_first
 
             compact, n = alive_first(self.gaussians)
+            if self.config.surfels() is not None:  # disks: written as flat 3D Gaussians (third scale thin)
+                from jax_backend import as_surfels
+
+                compact = as_surfels(compact)
             self._view_cache = {k: to_torch(v)[:n] for k, v in compact.items()}
             self._view_cache["_jax"] = compact  # keeps the buffers the views alias alive
         return self._view_cache
@@ -267,8 +305,9 @@ class JaxGSModel(SplatfactoModel):
         return self._placed[1]
 
     def render(self, camera, background=None) -> Dict[str, torch.Tensor]:
-        """Render one nerfstudio camera: rgb [H,W,3], depth [H,W,1] (expected depth), accumulation [H,W,1]."""
-        from jax_backend import render_gaussians
+        """Render one nerfstudio camera: rgb [H,W,3], depth [H,W,1] (expected camera depth),
+        accumulation [H,W,1]; for 2DGS disks also normals [H,W,3] (world space, as colours (n + 1) / 2)."""
+        from jax_backend import render_gaussians, render_surfels
 
         problem = camera_model_problem(camera, 0, "the camera to render", rendering=True)
         if problem:
@@ -285,20 +324,33 @@ class JaxGSModel(SplatfactoModel):
         if self.crop_box is not None:
             means = torch.from_numpy(np.asarray(self.gaussians.params["means"]))
             keep = self.crop_box.within(means).numpy()
-        colors, alpha = render_gaussians(self._render_gaussians(), vm[0], K[0], W, H, sh_degree=self._sh_degree_now(),
-                                         background=bg, render_mode="RGB+ED", rasterizer=self.config.rasterizer,
-                                         rasterize_mode=self.config.rasterize_mode, keep=keep,
-                                         layout=self._render_layout, camera_model=model, distortion=distortion)
+        surfels = self.config.surfels()
+        if surfels is not None:
+            out = render_surfels(self._render_gaussians(), vm[0], K[0], W, H, sh_degree=self._sh_degree_now(),
+                                 background=bg, rasterizer=self.config.rasterizer, keep=keep,
+                                 layout=self._render_layout, near_plane=surfels.near_plane,
+                                 depth_mode=surfels.depth_mode)
+            colors, alpha = np.concatenate([out["rgb"], out["depth"]], -1), out["accumulation"]
+        else:
+            colors, alpha = render_gaussians(self._render_gaussians(), vm[0], K[0], W, H,
+                                             sh_degree=self._sh_degree_now(), background=bg, render_mode="RGB+ED",
+                                             rasterizer=self.config.rasterizer,
+                                             rasterize_mode=self.config.rasterize_mode, keep=keep,
+                                             layout=self._render_layout, camera_model=model, distortion=distortion)
         colors, alpha = colors[:h, :w], alpha[:h, :w]  # numpy: no program per size
         depth = colors[..., 3:4]
         if (alpha > 0).any():  # as splatfacto: pixels nothing covers at the image's farthest depth
             depth = np.where(alpha > 0, depth, depth.max())
-        return {
+        outputs = {
             "rgb": torch.from_numpy(np.clip(colors[..., :3], 0.0, 1.0).copy()),
             "depth": torch.from_numpy(np.ascontiguousarray(depth, np.float32)),
             "accumulation": torch.from_numpy(alpha.copy()),
             "background": torch.from_numpy(bg.copy()),
         }
+        if surfels is not None:  # world-space normals shown as colours, (n + 1) / 2 (nerfstudio's normals shader)
+            outputs["normals"] = torch.from_numpy(np.ascontiguousarray((out["normals"][:h, :w] + 1.0) / 2.0,
+                                                                       np.float32))
+        return outputs
 
     def get_outputs(self, camera) -> Dict[str, torch.Tensor]:
         return self.render(camera)

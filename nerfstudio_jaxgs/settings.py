@@ -58,11 +58,24 @@ def _changed(config, name: str) -> bool:
     return getattr(config, name) != _default(config, name)
 
 
+# jax-gs's settings that 2DGS (jax-2dgs) cannot honour, with the values it cannot train with
+SURFEL_UNSUPPORTED = {
+    "rasterize_mode": ("antialiased", "2DGS has no antialiased mode: its screen-space low pass already bounds each "
+                                      "disk's footprint"),
+    "fisheye": ("native", "2DGS draws pinhole cameras only: fisheye captures train on the images nerfstudio "
+                          "undistorts (--pipeline.model.fisheye undistorted)"),
+}
+
+
 def check_supported(config) -> None:
     """InputError naming the first setting jax-gs cannot honour."""
     for name, why in UNSUPPORTED.items():
         if _changed(config, name):
             raise InputError(f"{_flag(name)} {getattr(config, name)}: {why}")
+    if config.surfels() is not None:
+        for name, (value, why) in SURFEL_UNSUPPORTED.items():
+            if getattr(config, name) == value:
+                raise InputError(f"{_flag(name)} {value}: {why}")
     for name, switch in (("max_gauss_ratio", "use_scale_regularization"), ("grid_shape", "use_bilateral_grid")):
         if _changed(config, name) and not getattr(config, switch):
             raise InputError(f"{_flag(name)} {getattr(config, name)}: it only matters with {_flag(switch)} True")
@@ -214,4 +227,4 @@ def train_config(config, max_steps: int, num_train_data: int, optimizers: dict, 
                        sh_degree=config.sh_degree, sh_degree_interval=config.sh_degree_interval,
                        ssim_lambda=config.ssim_lambda, background=background, strategy=strat,
                        num_downscales=config.num_downscales, resolution_schedule=config.resolution_schedule,
-                       optim=optim_config(optimizers), seed=config.seed)
+                       optim=optim_config(optimizers), surfels=config.surfels(), seed=config.seed)

@@ -45,7 +45,7 @@ def render() -> str:
     from nerfstudio.models.splatfacto import SplatfactoModelConfig
 
     from nerfstudio_jaxgs import settings
-    from nerfstudio_jaxgs.model import JaxGSModelConfig
+    from nerfstudio_jaxgs.model import Jax2DGSModelConfig, JaxGSModelConfig
 
     inherited = {f.name: f for f in dataclasses.fields(SplatfactoModelConfig) if not f.name.startswith("_")}
     ours = {f.name: f for f in dataclasses.fields(JaxGSModelConfig) if not f.name.startswith("_")}
@@ -75,6 +75,12 @@ def render() -> str:
                     f"{docs[n]} |")
     for n in own:
         rows.append(f"| {_flags([n])} (jax-gs's, default `{_default(ours[n])}`) | {docs[n]} |")
+    surfel_docs, surfel_fields = _field_docs(Jax2DGSModelConfig), {f.name: f for f in dataclasses.fields(Jax2DGSModelConfig)}
+    rows += ["", "| `ns-train jax-2dgs`: `--pipeline.model.*` | in jax-2dgs (the rest as in jax-gs) |", "|---|---|"]
+    for n, doc in surfel_docs.items():
+        rows.append(f"| {_flags([n])} (default `{_default(surfel_fields[n])}`) | {doc} |")
+    for n, (value, why) in settings.SURFEL_UNSUPPORTED.items():
+        rows.append(f"| `--pipeline.model.{n.replace('_', '-')} {value}` | stops the run: {why} |")
     rows += ["", "| `--pipeline.datamanager.*`, `--optimizers.*` | in jax-gs |", "|---|---|",
              f"| {_flags([n for n in settings.DATAMANAGER_HONOURED if n in dm_fields])} | as in splatfacto |"]
     for n, why in settings.DATAMANAGER_UNSUPPORTED.items():

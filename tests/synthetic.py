@@ -75,3 +75,69 @@ def sphere_scene(width=64, height=48, views=16, seed=0):
     imgs = (np.clip(np.asarray(imgs), 0, 1) * 255 + 0.5).astype(np.uint8)
     test = np.arange(views) % 8 == 0
     return make_dataset(list(imgs[~test]), vms[~test], Ks[~test]), (imgs[test], vms[test], Ks[test])
+
+
+def blender_sphere_cameras(views, radius=3.0, seed=0):
+    """World-to-camera matrices (OpenCV axes) of `views` cameras around the origin at `radius`, z up
+    as in Blender: heights between -1 and 2, every one looking at the origin."""
+    from scenes import look_at
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(views):
+        a = 2 * np.pi * i / views + rng.uniform(-0.1, 0.1)
+        h = rng.uniform(-1.0, 2.0)
+        pos = np.array([np.cos(a), np.sin(a), 0.0]) * np.sqrt(radius**2 - h * h) + np.array([0.0, 0.0, h])
+        out.append(look_at(pos, np.zeros(3), up=(0.0, 0.0, -1.0)))
+    return np.stack(out)
+
+
+def write_blender_sphere(dst, width=64, height=64, views=(14, 2, 2), angle_x=0.69, seed=0):
+    """`sphere_surfels` as a blender-data capture (transforms_{train,val,test}.json, RGBA PNGs with
+    straight alpha, OpenGL camera axes), rendered with `rasterization_2dgs`. Returns {split:
+    (viewmats [V, 4, 4] OpenCV world-to-camera, K [3, 3])}: the sphere's world frame is the
+    capture's (blender-data keeps it: scale 1, no recentring)."""
+    import json
+    from pathlib import Path
+
+    from PIL import Image
+
+    from jax_backend import rasterization_2dgs
+
+    dst = Path(dst)
+    s = sphere_surfels(seed=seed)
+    focal = 0.5 * width / np.tan(0.5 * angle_x)
+    K = np.array([[focal, 0, width / 2], [0, focal, height / 2], [0, 0, 1.0]])
+    vms = blender_sphere_cameras(sum(views), seed=seed)
+    out, k = {}, 0
+    for split, count in zip(("train", "val", "test"), views):
+        (dst / split).mkdir(parents=True, exist_ok=True)
+        split_vms = vms[k:k + count]
+        k += count
+        rgb, alpha = rasterization_2dgs(s["means"], s["quats"], s["scales"], s["opacities"], s["colors"], split_vms,
+                                        np.repeat(K[None], count, 0), width, height)[:2]
+        rgb, alpha = np.asarray(rgb), np.asarray(alpha)
+        frames = []
+        for i in range(count):
+            rgba = np.concatenate([np.clip(rgb[i] / np.maximum(alpha[i], 1e-6), 0, 1), alpha[i]], -1)  # straight
+            Image.fromarray((rgba * 255 + 0.5).astype(np.uint8), "RGBA").save(dst / split / f"r_{i}.png")
+            c2w = np.linalg.inv(split_vms[i])
+            c2w[:3, 1:3] *= -1  # OpenCV -> OpenGL (Blender) camera axes
+            frames.append({"file_path": f"./{split}/r_{i}", "transform_matrix": c2w.tolist()})
+        (dst / f"transforms_{split}.json").write_text(json.dumps({"camera_angle_x": angle_x, "frames": frames}))
+        out[split] = (split_vms, K)
+    return out
+
+
+def mesh_to_sphere(vertices, radius=0.8, samples=20000, seed=0):
+    """(accuracy, completeness) of a mesh against the sphere: the mean distance of its vertices to
+    the sphere, and the mean distance of `samples` points spread over the sphere to the nearest
+    vertex; their mean is the Chamfer distance."""
+    from scipy.spatial import cKDTree
+
+    v = np.asarray(vertices, np.float64)
+    accuracy = float(np.mean(np.abs(np.linalg.norm(v, axis=1) - radius)))
+    d = np.random.default_rng(seed).normal(size=(samples, 3))
+    points = radius * d / np.linalg.norm(d, axis=1, keepdims=True)
+    completeness = float(np.mean(cKDTree(v).query(points)[0]))
+    return accuracy, completeness

@@ -10,6 +10,7 @@ from ..files.fileio import AsyncWriter, atomic_write, png_bytes
 from ..files.ply import write_ply
 from . import evaluation
 from .schedule import crossed
+from .surfels import as_surfels
 
 
 class Snapshots:
@@ -46,7 +47,8 @@ class Snapshots:
         preview, _ = evaluation.render(trainer, viewmat, K, width, height, background=self.background, render_mode="RGB",
                                        distortion=distortion[0] if distortion else None)
         g = trainer.gaussians
-        self.writer.submit(_write_snapshot, self.out_dir, trainer.step, g.params, g.alive, preview)
+        params = g.params if trainer.cfg.surfels is None else as_surfels(g.params)  # disks: flat 3D Gaussians
+        self.writer.submit(_write_snapshot, self.out_dir, trainer.step, params, g.alive, preview)
 
     def check(self):
         """Raise the `DiskFullError` of a write that ran out of space, if one did."""
