@@ -14,8 +14,9 @@ XLA target configs (GpuTargetConfigProto text, every figure with its source) are
 Programs (`PROGRAMS`), on a capture of fern's size (20 views of 504x378) unless said:
   raster-{flat,standard}-{100k,1m}: `rasterization` forward + backward (sum of the image and alpha)
     at 504x378, 100k / 1M Gaussians of realistic sizes (`benchmarks.rasterizer.realistic_scene`);
-  block-default, block-mcmc: the train block `ns-train jax-gs` / `jax-gs-mcmc` runs (the plugin's
-    own settings; 100 steps, SH degree 3, 100k Gaussians, density control at its end);
+  block-default, block-mcmc, block-2dgs: the train block `ns-train jax-gs` / `jax-gs-mcmc` /
+    `jax-2dgs` runs (the plugin's own settings; 100 steps, SH degree 3, 100k Gaussians (2DGS:
+    disks, its normal consistency on), density control at its end);
   refine-default, refine-mcmc: density control alone (run again when the slots run out);
   render: the eval / viewer render (RGB + expected depth, SH degree 3, 100k Gaussians);
   block-dp4: the default block data parallel over four chips (`--machine.num-devices 4`: the replica mesh);
@@ -55,7 +56,7 @@ WIDTH, HEIGHT = 504, 378
 VIEWS = 20
 HBM_GIB = {"v5e": 16, "v6e": 32, "v5p": 95, "v4": 32, "h200": 141e9 / 2**30, "a100": 80}  # memory per chip
 GPU_TARGETS = ("h200", "a100")  # benchmarks/gpu_targets/<name>.txtpb
-PROGRAMS = ["raster-flat-100k", "block-default", "render", "refine-default", "block-mcmc", "block-dp4", "block-shard4",
+PROGRAMS = ["raster-flat-100k", "block-default", "block-2dgs", "render", "refine-default", "block-mcmc", "block-dp4", "block-shard4",
             "raster-standard-100k", "refine-mcmc", "raster-flat-1m", "raster-standard-1m", "raster-pallas-100k",
             "raster-pallas-10k", "raster-flat-10k", "raster-standard-10k", "block-default-10k"]
 SEED = "seed-raster-100k"  # the seed article's rasterizer (`--seed-dir`)
@@ -99,7 +100,8 @@ def trainer_for(method: str, n: int, replicas: int = 1, width: int = WIDTH, heig
     from nerfstudio_jaxgs import config as methods
     from nerfstudio_jaxgs.settings import train_config
 
-    spec = {"jax-gs": methods.jax_gs_method, "jax-gs-mcmc": methods.jax_gs_mcmc_method}[method]
+    spec = {"jax-gs": methods.jax_gs_method, "jax-gs-mcmc": methods.jax_gs_mcmc_method,
+            "jax-2dgs": methods.jax_2dgs_method}[method]
     model = spec.config.pipeline.model
     cfg = train_config(model, spec.config.max_num_iterations, VIEWS, spec.config.optimizers, "random")
     means, quats, scales, opacities, colors, viewmats, Ks = scene_views(n, width, height)
@@ -135,14 +137,15 @@ def small_cameras(views: int):
     return viewmats, Ks
 
 
-def small_trainer(strategy: str = "default", corrections: bool = False, **strategy_kw):
+def small_trainer(strategy: str = "default", corrections: bool = False, surfels: bool = False, **strategy_kw):
     """A `Trainer` of 2,000 Gaussians (2,048 slots) on 3 views of 64x48, density control live
     (step 600), for compile checks in the tests; `corrections`: pose corrections (SO3xR3) and
-    bilateral grids on (their contractions in the program)."""
+    bilateral grids on (their contractions in the program); `surfels`: 2DGS disks, with the normal
+    consistency and the depth distortion both on."""
     import jax.numpy as jnp
     import numpy as np
 
-    from jax_backend import Trainer, TrainConfig, init_from_points, make_dataset, make_layout, make_strategy
+    from jax_backend import SurfelConfig, Trainer, TrainConfig, init_from_points, make_dataset, make_layout, make_strategy
     from jax_backend.training.bilateral import BilateralGridConfig
     from jax_backend.training.cameras import CameraOptConfig
 
@@ -151,6 +154,8 @@ def small_trainer(strategy: str = "default", corrections: bool = False, **strate
     data = make_dataset(np.zeros((3, SMALL_H, SMALL_W, 3), np.uint8), viewmats, Ks)
     extra = dict(camera_opt=CameraOptConfig(mode="SO3xR3"), bilateral=BilateralGridConfig(enabled=True, shape=(4, 4, 4))) \
         if corrections else {}
+    if surfels:
+        extra["surfels"] = SurfelConfig(normal_start=0, distortion_lambda=0.1, distortion_start=0)
     cfg = TrainConfig(max_steps=1000, steps_per_block=5, strategy=make_strategy(strategy, **strategy_kw),
                       background="random", **extra)
     capacity = 4096 if strategy_kw.get("budget") else 2048
@@ -321,7 +326,7 @@ def lowered(program: str, target, gaussians: int = 100_000, size=(WIDTH, HEIGHT)
     kind, variant, *rest = program.split("-")
     if rest:  # block-default-10k: that many Gaussians
         gaussians = SIZES[rest[0]]
-    method = "jax-gs-mcmc" if variant == "mcmc" else "jax-gs"
+    method = {"mcmc": "jax-gs-mcmc", "2dgs": "jax-2dgs"}.get(variant, "jax-gs")
     default = gaussians == 100_000 and tuple(size) == (WIDTH, HEIGHT)
     # other sizes: the buffer the Trainer sizes itself (twice what the most demanding view needs)
     counts = {"replicas": 1, "tile_devices": 1}

@@ -4,6 +4,7 @@ rendered depth) for each.
 
     python -m benchmarks.surfels sphere --steps 1000   # blender-data sphere with known geometry
     python -m benchmarks.surfels fox --steps 1500      # the bundled fox (no ground-truth geometry)
+    python -m benchmarks.surfels weights --steps 1500  # the 2DGS loss weights, on the engine alone
 
 `sphere`: `tests/synthetic.write_blender_sphere`, a sphere of radius 0.8 tiled by opaque textured
 disks, written as a blender-data capture (RGBA, 14 training and 2 held-out views, 64x64). Its
@@ -17,6 +18,11 @@ sphere to the nearest vertex; Chamfer: their mean).
 with the default strategy for both.
 The normal consistency starts at the paper's 7,000/30,000 of the run. Each command's output goes
 to `OUT/<method>.log`.
+`weights`: the engine alone (`jax_backend.Trainer`, no nerfstudio) on `synthetic.sphere_scene`
+(the same sphere, 64x48, 14 training and 2 held-out views, black background) from 256 random
+Gaussians: 3DGS, and 2DGS with no geometry term, the normal consistency alone and with the depth
+distortion at two weights (the normal term from 1/3 of the run, the distortion from 1/5); depth
+and normal errors as above (3DGS: the normals of its depth).
 """
 from __future__ import annotations
 
@@ -133,14 +139,59 @@ def fox(steps: int, out: Path) -> None:
               f"{r['mesh_s']:.0f} |", flush=True)
 
 
+def weights(steps: int, out: Path) -> None:
+    from jax_backend import DefaultStrategy, SurfelConfig, TrainConfig, Trainer, depth_to_normals, init_random
+    from jax_backend.training import evaluation
+    from synthetic import sphere_geometry, sphere_scene
+
+    train, test = sphere_scene()
+    runs = [("3DGS", None), ("2DGS, no geometry term", (0.0, 0.0)), ("2DGS, normal 0.05", (0.05, 0.0)),
+            ("2DGS, normal 0.05 + distortion 0.1", (0.05, 0.1)), ("2DGS, normal 0.05 + distortion 1", (0.05, 1.0))]
+    print(f"engine on tests/synthetic.sphere_scene, {steps} steps from 256 random Gaussians (normal term from step "
+          f"{steps // 3}, distortion from {steps // 5}); medians over the 2 held-out views' sphere pixels")
+    print("| run | held-out PSNR | depth error | normal error (deg) | Gaussians | train s |")
+    print("|---|---|---|---|---|---|")
+    for name, w in runs:
+        surfels = None if w is None else SurfelConfig(normal_lambda=w[0], normal_start=steps // 3,
+                                                      distortion_lambda=w[1], distortion_start=steps // 5)
+        cfg = TrainConfig(max_steps=steps, steps_per_block=50, sh_degree=0, background="black", surfels=surfels,
+                          strategy=DefaultStrategy(refine_start=100, refine_stop=steps * 3 // 4, refine_every=100,
+                                                   reset_every=10**6))
+        tr = Trainer(cfg, train, init_random(256, -1, 1, sh_degree=0, capacity=2048), scene_extent=1.5,
+                     log=lambda *a: None)
+        start = time.perf_counter()
+        tr.train()
+        seconds = time.perf_counter() - start
+        depth_err, angles = [], []
+        for _, vm, K in zip(*test):
+            true_depth, true_normals, hit = sphere_geometry(vm, K, 64, 48)
+            image, _ = evaluation.render(tr, vm, K, 64, 48, render_mode="RGB+ED")
+            depth = image[..., 3]
+            if surfels is None:
+                normals = np.asarray(depth_to_normals(depth, K)) @ vm[:3, :3]
+            else:
+                from jax_backend import render_surfels
+
+                normals = render_surfels(tr.gaussians, vm, K, 64, 48, sh_degree=0)["normals"]
+            normals = normals / np.maximum(np.linalg.norm(normals, axis=-1, keepdims=True), 1e-9)
+            inner = hit.copy()
+            inner[[0, -1], :] = inner[:, [0, -1]] = False
+            depth_err.append(np.abs(depth - true_depth)[hit])
+            angles.append(np.degrees(np.arccos(np.clip(np.sum(normals * true_normals, -1), -1, 1)))[inner])
+        psnr = evaluation.heldout_psnr(tr, *test)
+        print(f"| {name} | {psnr:.2f} | {np.median(np.concatenate(depth_err)):.4f} | "
+              f"{np.median(np.concatenate(angles)):.1f} | {int(np.asarray(tr.gaussians.alive).sum())} | {seconds:.0f} |",
+              flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("scene", choices=("sphere", "fox"))
+    ap.add_argument("scene", choices=("sphere", "fox", "weights"))
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--out", type=Path, default=Path("outputs/bench_surfels"))
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
-    (sphere if a.scene == "sphere" else fox)(a.steps, a.out.resolve())
+    {"sphere": sphere, "fox": fox, "weights": weights}[a.scene](a.steps, a.out.resolve())
     return 0
 
 

@@ -1,5 +1,6 @@
 """Every program kind jax-gs runs keeps compiling for TPU and GPU: a small train block (with density
-control, pose corrections and bilateral grids), density control alone and an eval render, compiled on this CPU for TPU v5e and v6e topologies
+control, pose corrections and bilateral grids), a 2DGS train block (disks, with its two losses),
+density control alone and an eval render, compiled on this CPU for TPU v5e and v6e topologies
 (deviceless, through libtpu: `pip install -e ".[tpu]"`) and for an H200 (XLA's GPU compiler:
 `pip install -e ".[gpu]"`), in a child process (the plugin is loaded there only). On every
 target the compiled blocks and renders hold no default-precision float32 contraction and no host
@@ -48,6 +49,7 @@ for name in ("default", "mcmc"):  # the default block with pose corrections and 
     if name == "default":
         refine = aot.lower_refine(tr, target).compile()
         out["refine_temp"] = refine.memory_analysis().temp_size_in_bytes
+out["surfels"] = census(aot.lower_block(small_trainer("default", surfels=True), 5, target).compile())
 out["budget_refine_sorts"] = aot.lower_refine(small_trainer("default", budget=3000), target).compile().as_text().count(" sort(")
 
 lower = lambda fn_for, args: lower_program(fn_for, args, target)  # for target[0]
@@ -102,7 +104,7 @@ def _no_default_precision_and_no_host_traffic(out: dict):
         assert out["probe_host"], out  # its move to pinned host memory
     else:  # compile-only GPU: neither a callback nor host memory can be built (a block with one would not compile)
         assert out["probe_host"] in (None, []), out
-    for name in ("default", "mcmc", "render", "raster", "raster-fisheye", "raster-2dgs"):
+    for name in ("default", "mcmc", "surfels", "render", "raster", "raster-fisheye", "raster-2dgs"):
         assert out[name]["default_precision"] == [], (name, out[name]["default_precision"])
         assert out[name]["host_traffic"] == [], (name, out[name]["host_traffic"])
 
@@ -118,9 +120,9 @@ def test_train_block_density_control_and_render_compile_for_tpu(topology):
     assert all(out[name]["sorts"] == 0 for name in ("render", "raster", "raster-fisheye", "raster-2dgs")), out
     assert out["render"]["triton"] == 0, out  # the flat rasterizer: Pallas is for GPUs
     assert out["budget_refine_sorts"] == 0, out  # the budget's order by gradient: a radix sort too
-    assert out["default"]["sorts"] <= 1 and out["mcmc"]["sorts"] <= 1, out
+    assert out["default"]["sorts"] <= 1 and out["mcmc"]["sorts"] <= 1 and out["surfels"]["sorts"] <= 1, out
     # sized to fit: 2,048 slots of state need megabytes, not the layout-padded gigabytes of [N, 3] rows
-    for name in ("default", "mcmc"):
+    for name in ("default", "mcmc", "surfels"):
         assert out[name]["temp"] < 256 * 2**20, out
 
 
@@ -135,7 +137,7 @@ def test_train_block_and_render_compile_for_h200_with_one_kernel_per_compositing
     assert out["render"]["triton"] == 1 and out["render"]["whiles"] == 0, out
     for name in ("raster", "raster-fisheye", "raster-2dgs"):  # a fisheye or surfels: other projections, the same kernels
         assert out[name]["triton"] == 2 and out[name]["whiles"] <= 2 and out[name]["data_dependent"] == 0, out
-    for name in ("default", "mcmc"):  # one step's forward and backward kernels inside the block's scan
+    for name in ("default", "mcmc", "surfels"):  # one step's forward and backward kernels inside the block's scan
         assert out[name]["triton"] == 2 and out[name]["data_dependent"] == 0, out
     # in the Triton modules: the forward stores each program's own rows, the backward's per-Gaussian
     # sums are atomic adds (tt.atomic_rmw fadd: 6 packed parameters + 3 colours + 2 |d means2d|), no store
@@ -150,7 +152,7 @@ def test_train_block_and_render_compile_for_h200_with_one_kernel_per_compositing
     # bit-identical on a GPU"): no scatter whose result depends on the order of its updates, but for
     # the bilateral grids' gradients (the default block has them on: the slicing's gather, transposed
     # into float sums onto the [1, 12, 4, 4, 4] grid cells)
-    for name in ("mcmc", "raster", "raster-fisheye", "raster-2dgs"):
+    for name in ("mcmc", "surfels", "raster", "raster-fisheye", "raster-2dgs"):
         assert out[name]["order_dependent_scatters"] == [], (name, out[name]["order_dependent_scatters"])
     grids = out["default"]["order_dependent_scatters"]
     assert grids and all(" = f32[1,12,4,4,4]" in line for line in grids), grids
