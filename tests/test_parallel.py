@@ -5,7 +5,8 @@ import jax
 import numpy as np
 import pytest
 
-from jax_backend import DefaultStrategy, MCMCStrategy, OptimConfig, TrainConfig, Trainer, ViewPlan, init_random, make_layout
+from jax_backend import (DefaultStrategy, MCMCStrategy, OptimConfig, SurfelConfig, TrainConfig, Trainer, ViewPlan,
+                         init_random, make_layout)
 from synthetic import known_scene
 
 pytestmark = pytest.mark.skipif(len(jax.local_devices()) < 4, reason="needs 4 devices (conftest forces 4 CPU ones)")
@@ -16,13 +17,13 @@ def scene():
     return known_scene(views=16)
 
 
-def _pair(train, strategy, steps=30):
+def _pair(train, strategy, steps=30, surfels=None):
     # Adam with the 3DGS eps of 1e-15 turns a gradient of pure rounding noise (1e-12) into a full
     # learning-rate step of random sign, so two summation orders of the same mean gradient drift
     # apart by ~lr per step in such entries. With eps 1e-6 those entries stay put and the
     # comparison measures the data-parallel math itself.
     cfg = TrainConfig(max_steps=200, steps_per_block=10, sh_degree=1, sh_degree_interval=10, strategy=strategy,
-                      optim=OptimConfig().with_eps(1e-6))
+                      optim=OptimConfig().with_eps(1e-6), surfels=surfels)
     g = init_random(256, -1, 1, sh_degree=1, capacity=1024)
     par = Trainer(cfg, train, g, scene_extent=1.5, layout=make_layout(replicas=4), views_per_device=1,
                   log=lambda m: None)
@@ -83,3 +84,21 @@ def test_mcmc_replicas_stay_identical(scene):
     assert sum(i.n_added for i in ip) > 0
     _replicas_identical(par)
     np.testing.assert_array_equal(np.asarray(par.state.gaussians.alive), np.asarray(one.state.gaussians.alive))
+
+
+def test_2dgs_four_devices_equal_one_device_with_a_batch_of_four(scene):
+    """2DGS disks with both geometry terms on from the start: the replicas' mean gradient (pmean)
+    equals one device's over the same four views, and the replicas stay identical."""
+    _, train, _ = scene
+    strategy = DefaultStrategy(refine_start=0, refine_every=10, reset_every=10**6, grow_grad2d=0.0005)
+    surfels = SurfelConfig(normal_start=0, distortion_lambda=0.1, distortion_start=0)
+    par, one, mp, mo, ip, io = _pair(train, strategy, steps=20, surfels=surfels)
+    for a, b in zip(mp, mo):
+        np.testing.assert_array_equal(a["view"], b["view"])
+        np.testing.assert_allclose(a["loss"], b["loss"], rtol=3e-5, atol=1e-7)
+    assert any(i.n_clone + i.n_split > 0 for i in ip)
+    assert [(i.n_clone, i.n_split, i.n_pruned) for i in ip] == [(i.n_clone, i.n_split, i.n_pruned) for i in io]
+    for k in par.state.gaussians.params:
+        np.testing.assert_allclose(np.asarray(par.state.gaussians.params[k]), np.asarray(one.state.gaussians.params[k]),
+                                   rtol=2e-4, atol=1e-5, err_msg=k)
+    _replicas_identical(par)
