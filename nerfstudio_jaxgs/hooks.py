@@ -87,9 +87,10 @@ def install_atomic_export() -> None:
 
 
 def _is_jaxgs(pipeline) -> bool:
-    from .pipeline import JaxGSPipeline
+    """A pipeline whose model is jax-gs's (any of its methods)."""
+    from .model import JaxGSModel
 
-    return isinstance(pipeline, JaxGSPipeline)
+    return isinstance(getattr(pipeline, "model", None), JaxGSModel)
 
 
 def install_mesh_export() -> None:
