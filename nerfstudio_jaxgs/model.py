@@ -325,6 +325,8 @@ class JaxGSModel(SplatfactoModel):
             means = torch.from_numpy(np.asarray(self.gaussians.params["means"]))
             keep = self.crop_box.within(means).numpy()
         surfels = self.config.surfels()
+        if surfels is not None and model != "pinhole":
+            raise InputError(f"this camera is drawn as a {model} camera; 2DGS (jax-2dgs) draws pinhole cameras only")
         if surfels is not None:
             out = render_surfels(self._render_gaussians(), vm[0], K[0], W, H, sh_degree=self._sh_degree_now(),
                                  background=bg, rasterizer=self.config.rasterizer, keep=keep,
