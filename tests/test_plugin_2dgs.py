@@ -90,7 +90,7 @@ def test_jax_2dgs_trains_a_blender_capture_meshes_it_and_exports_its_disks(tmp_p
     assert "keeps the TSDF's vertex colours" in out.stdout
     v = PlyData.read(str(tmp_path / "mesh" / "tsdf_mesh.ply"))["vertex"]
     accuracy, completeness = mesh_to_sphere(np.stack([v["x"], v["y"], v["z"]], 1))
-    assert accuracy < 0.1 and completeness < 0.04, (accuracy, completeness)  # measured 0.047, 0.019
+    assert accuracy < 0.1 and completeness < 0.04, (accuracy, completeness)  # 1000-step runs: 0.038-0.047, 0.016-0.019
 
     run_command([BIN / "ns-export", "gaussian-splat", "--load-config", run / "config.yml", "--output-dir",
                  tmp_path / "splat"])
