@@ -116,8 +116,9 @@ class JaxGSModelConfig(SplatfactoModelConfig):
 @dataclass
 class Jax2DGSModelConfig(JaxGSModelConfig):
     """jax-2dgs: 2D Gaussian Splatting (Huang et al. 2024), oriented disks whose rendered depth and
-    normals describe a surface (`ns-export tsdf` meshes it). jax-gs's settings, plus the 2DGS
-    losses' below (the paper's weights and start steps, `jax_backend.training.surfels`)."""
+    normals describe a surface (`ns-export tsdf` meshes it). jax-gs's settings, plus the settings
+    of 2DGS's losses below (the paper's normal weight and start steps, the distortion off as in
+    its code: `jax_backend.training.surfels`)."""
 
     fisheye: Literal["native", "undistorted"] = "undistorted"
     """2DGS draws pinhole cameras only: fisheye captures train on the images nerfstudio undistorts."""

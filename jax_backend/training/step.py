@@ -153,8 +153,8 @@ def rendered_views(cfg: TrainConfig, layout: Layout, isect_capacity: int, params
     renders, alphas, normals, surf, distort, _, meta = traced_rasterization_2dgs(
         *activated(params, alive), viewmats, Ks, width, height, near_plane=s.near_plane, depth_mode=s.depth_mode,
         **common)
-    consistency, distortion = jax.vmap(geometry_terms)(alphas, normals, surf, distort, masks)
-    return renders, meta, geometry_loss(s, step, jnp.mean(consistency), jnp.mean(distortion))
+    consistency, depth_distortion = jax.vmap(geometry_terms)(alphas, normals, surf, distort, masks)
+    return renders, meta, geometry_loss(s, step, jnp.mean(consistency), jnp.mean(depth_distortion))
 
 
 def train_step(cfg: TrainConfig, opt: Optimizers, layout: Layout, isect_capacity: int, downscale: int, plan: ViewPlan,
