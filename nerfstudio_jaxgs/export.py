@@ -76,7 +76,8 @@ def camera_renders(pipeline, cameras, rgb_output_name: str = "rgb", depth_output
                    rendered_resolution_scaling_factor: float = 1.0, disable_distortion: bool = False,
                    return_rgba_images: bool = False):
     """nerfstudio's `render_trajectory` (what `ns-export tsdf` integrates) for a jax-gs model,
-    camera by camera (a splat model draws cameras, not nerfstudio's ray bundles): (colour images
+    camera by camera (a splat model draws cameras, not nerfstudio's ray bundles), from its
+    `depth_output_name` output ("depth", or 2DGS's "median_depth"): (colour images
     [H, W, 3], or RGBA with the accumulation as alpha; depth images [H, W, 1] as the distance along
     each pixel's ray, what nerfstudio's TSDF compares; `FREE_SPACE` where less than half the pixel
     is covered: the TSDF then marks the whole ray free (a depth of 0 would leave it unobserved, and
@@ -84,9 +85,8 @@ def camera_renders(pipeline, cameras, rgb_output_name: str = "rgb", depth_output
     around the object became a shell of false surface))."""
     import torch
 
-    if rgb_output_name != "rgb" or depth_output_name != "depth":
-        raise InputError(f"a jax-gs model renders 'rgb' and 'depth' (got --rgb-output-name {rgb_output_name}, "
-                         f"--depth-output-name {depth_output_name})")
+    if rgb_output_name != "rgb":
+        raise InputError(f"--rgb-output-name {rgb_output_name}: a jax-gs model's colours are 'rgb'")
     cameras.rescale_output_resolution(rendered_resolution_scaling_factor)
     images, depths = [], []
     for i in range(cameras.size):
@@ -95,12 +95,15 @@ def camera_renders(pipeline, cameras, rgb_output_name: str = "rgb", depth_output
             camera.distortion_params = torch.zeros_like(camera.distortion_params)
         with torch.no_grad():
             out = pipeline.model.get_outputs_for_camera(camera)
+        if depth_output_name not in out or out[depth_output_name].shape[-1] != 1:
+            names = [k for k, v in out.items() if k.endswith("depth") and v.shape[-1] == 1]
+            raise InputError(f"--depth-output-name {depth_output_name}: this model's depth outputs are {names}")
         rgb, alpha = out["rgb"].cpu().numpy(), out["accumulation"].cpu().numpy()
         K = camera.get_intrinsics_matrices()[0].cpu().numpy()
         h, w = rgb.shape[:2]
         ys, xs = np.mgrid[0:h, 0:w] + 0.5
         ray = np.sqrt(((xs - K[0, 2]) / K[0, 0]) ** 2 + ((ys - K[1, 2]) / K[1, 1]) ** 2 + 1.0)[..., None]
-        depth = np.where(alpha >= 0.5, out["depth"].cpu().numpy() * ray, FREE_SPACE).astype(np.float32)
+        depth = np.where(alpha >= 0.5, out[depth_output_name].cpu().numpy() * ray, FREE_SPACE).astype(np.float32)
         images.append(np.concatenate([rgb, alpha], -1) if return_rgba_images else rgb)
         depths.append(depth)
     return images, depths

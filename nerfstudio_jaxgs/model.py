@@ -307,7 +307,8 @@ class JaxGSModel(SplatfactoModel):
 
     def render(self, camera, background=None) -> Dict[str, torch.Tensor]:
         """Render one nerfstudio camera: rgb [H,W,3], depth [H,W,1] (expected camera depth),
-        accumulation [H,W,1]; for 2DGS disks also normals [H,W,3] (world space, as colours (n + 1) / 2)."""
+        accumulation [H,W,1]; for 2DGS disks also normals [H,W,3] (world space, as colours (n + 1) / 2)
+        and median_depth [H,W,1] (the depth where the transmittance reaches 0.5)."""
         from jax_backend import render_gaussians, render_surfels
 
         problem = camera_model_problem(camera, 0, "the camera to render", rendering=True)
@@ -353,6 +354,10 @@ class JaxGSModel(SplatfactoModel):
         if surfels is not None:  # world-space normals shown as colours, (n + 1) / 2 (nerfstudio's normals shader)
             outputs["normals"] = torch.from_numpy(np.ascontiguousarray((out["normals"][:h, :w] + 1.0) / 2.0,
                                                                        np.float32))
+            median = out["median_depth"][:h, :w]
+            if (alpha > 0).any():
+                median = np.where(alpha > 0, median, median.max())
+            outputs["median_depth"] = torch.from_numpy(np.ascontiguousarray(median, np.float32))
         return outputs
 
     def get_outputs(self, camera) -> Dict[str, torch.Tensor]:

@@ -46,6 +46,7 @@ def test_tsdf_renders_are_ray_distances_and_uncovered_pixels_are_free_space():
 
     from nerfstudio.cameras.cameras import Cameras
 
+    from nerfstudio_jaxgs.errors import InputError
     from nerfstudio_jaxgs.export import FREE_SPACE, camera_renders
 
     h, w, fx, fy, cx, cy = 6, 8, 5.0, 4.0, 3.5, 2.0
@@ -54,7 +55,7 @@ def test_tsdf_renders_are_ray_distances_and_uncovered_pixels_are_free_space():
 
     def outputs(camera):
         return {"rgb": torch.full((h, w, 3), 0.5), "depth": torch.full((h, w, 1), 2.0),
-                "accumulation": torch.from_numpy(alpha)}
+                "median_depth": torch.full((h, w, 1), 3.0), "accumulation": torch.from_numpy(alpha)}
 
     pipeline = SimpleNamespace(model=SimpleNamespace(get_outputs_for_camera=outputs))
     cameras = Cameras(camera_to_worlds=torch.eye(4)[None, :3], fx=fx, fy=fy, cx=cx, cy=cy, width=w, height=h)
@@ -64,6 +65,12 @@ def test_tsdf_renders_are_ray_distances_and_uncovered_pixels_are_free_space():
     expected[0, 0] = FREE_SPACE
     np.testing.assert_allclose(depths[0][..., 0], expected, rtol=1e-6)
     assert images[0].shape == (h, w, 4) and images[0][0, 0, 3] == pytest.approx(0.4)
+    # 2DGS's median depth (the paper meshes bounded scenes from it), and a depth output there is not
+    _, median = camera_renders(pipeline, cameras, depth_output_name="median_depth")
+    np.testing.assert_allclose(median[0][0, 1:, 0], 1.5 * expected[0, 1:], rtol=1e-6)
+    with pytest.raises(InputError, match=re.escape("--depth-output-name expected_depth: this model's depth outputs "
+                                                   "are ['depth', 'median_depth']")):
+        camera_renders(pipeline, cameras, depth_output_name="expected_depth")
 
 
 @pytest.mark.slow
@@ -102,7 +109,7 @@ def test_jax_2dgs_trains_a_blender_capture_meshes_it_and_exports_its_disks(tmp_p
     cameras = pipeline.datamanager.eval_dataset.cameras
     with torch.no_grad():
         outputs = pipeline.model.get_outputs_for_camera(cameras[0:1])
-    assert {"rgb", "depth", "accumulation", "normals"} <= set(outputs)
+    assert {"rgb", "depth", "accumulation", "normals", "median_depth"} <= set(outputs)
     vm, K, w, h = cameras_to_opencv(cameras[0:1])
     _, true_normals, hit = sphere_geometry(vm[0], K[0], int(w[0]), int(h[0]))
     normals = outputs["normals"].numpy() * 2.0 - 1.0
