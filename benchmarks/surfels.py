@@ -39,6 +39,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # synthetic.py: the sphere and its closed-form geometry
+from synthetic import sphere_errors  # noqa: E402
 BIN = Path(sys.executable).parent
 METHODS = ("jax-gs", "jax-2dgs")
 
@@ -74,36 +75,31 @@ def _mesh_vertices(path: Path) -> np.ndarray:
     return np.stack([v["x"], v["y"], v["z"]], 1)
 
 
-def _geometry(run: Path, method: str) -> dict:
+def _geometry(run: Path) -> dict:
     """Depth and normal errors of the run's renders of its held-out views against the sphere."""
     import torch
     from nerfstudio.utils.eval_utils import eval_setup
 
     from jax_backend import depth_to_normals
     from nerfstudio_jaxgs.cameras import cameras_to_opencv
-    from synthetic import mesh_to_sphere, sphere_geometry
+    from synthetic import mesh_to_sphere
 
     _, pipeline, _, _ = eval_setup(run / "config.yml", test_mode="test")
     cameras = pipeline.datamanager.eval_dataset.cameras
-    depth_err, angles = [], []
+    errors = []
     for i in range(cameras.size):
-        vm, K, w, h = cameras_to_opencv(cameras[i:i + 1])
-        vm, K, w, h = vm[0], K[0], int(w[0]), int(h[0])
+        vm, K, _, _ = cameras_to_opencv(cameras[i:i + 1])
         with torch.no_grad():
             out = pipeline.model.get_outputs_for_camera(cameras[i:i + 1])
         depth = out["depth"][..., 0].numpy()
         if "normals" in out:
             normals = out["normals"].numpy() * 2.0 - 1.0  # shown as (n + 1) / 2
         else:  # 3DGS: the normals of its rendered depth, camera -> world (R^T n)
-            normals = np.asarray(depth_to_normals(depth, K)) @ vm[:3, :3]
-        normals = normals / np.maximum(np.linalg.norm(normals, axis=-1, keepdims=True), 1e-9)
-        true_depth, true_normals, hit = sphere_geometry(vm, K, w, h)
-        inner = hit.copy()  # depth_to_normals has no value on the border: leave out the image's edge
-        inner[[0, -1], :] = inner[:, [0, -1]] = False
-        depth_err.append(np.abs(depth - true_depth)[hit])
-        angles.append(np.degrees(np.arccos(np.clip(np.sum(normals * true_normals, -1), -1, 1)))[inner])
+            normals = np.asarray(depth_to_normals(depth, K[0])) @ vm[0, :3, :3]
+        errors.append(sphere_errors(depth, normals, vm[0], K[0], skip_edge=True))
+    depth_err, angles = (np.concatenate(e) for e in zip(*errors))
     accuracy, completeness = mesh_to_sphere(_mesh_vertices(run / "mesh" / "tsdf_mesh.ply"))
-    return dict(depth=float(np.median(np.concatenate(depth_err))), normal=float(np.median(np.concatenate(angles))),
+    return dict(depth=float(np.median(depth_err)), normal=float(np.median(angles)),
                 accuracy=accuracy, completeness=completeness, chamfer=(accuracy + completeness) / 2)
 
 
@@ -123,7 +119,7 @@ def sphere(steps: int, out: Path) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|")
     for method in METHODS:
         r = _train_eval_mesh(method, data, out, steps, recipe, ["blender-data", "--alpha-color", "None"])
-        g = _geometry(r["run"], method)
+        g = _geometry(r["run"])
         print(f"| {method} | {r['psnr']:.2f} | {r['ssim']:.3f} | {g['depth']:.4f} | {g['normal']:.1f} | "
               f"{g['accuracy']:.4f} | {g['completeness']:.4f} | {g['chamfer']:.4f} | {r['train_s']:.0f} | "
               f"{r['mesh_s']:.0f} |", flush=True)
@@ -145,9 +141,10 @@ def fox(steps: int, out: Path) -> None:
 
 
 def weights(steps: int, out: Path) -> None:
-    from jax_backend import DefaultStrategy, SurfelConfig, TrainConfig, Trainer, depth_to_normals, init_random
+    from jax_backend import (DefaultStrategy, SurfelConfig, TrainConfig, Trainer, depth_to_normals, init_random,
+                             render_surfels)
     from jax_backend.training import evaluation
-    from synthetic import sphere_geometry, sphere_scene
+    from synthetic import sphere_errors, sphere_scene
 
     train, test = sphere_scene()
     runs = [("3DGS", None), ("2DGS, no geometry term", (0.0, 0.0)), ("2DGS, normal 0.05", (0.05, 0.0)),
@@ -167,25 +164,18 @@ def weights(steps: int, out: Path) -> None:
         start = time.perf_counter()
         tr.train()
         seconds = time.perf_counter() - start
-        depth_err, angles = [], []
+        errors = []
         for _, vm, K in zip(*test):
-            true_depth, true_normals, hit = sphere_geometry(vm, K, 64, 48)
             image, _ = evaluation.render(tr, vm, K, 64, 48, render_mode="RGB+ED")
             depth = image[..., 3]
             if surfels is None:
                 normals = np.asarray(depth_to_normals(depth, K)) @ vm[:3, :3]
             else:
-                from jax_backend import render_surfels
-
                 normals = render_surfels(tr.gaussians, vm, K, 64, 48, sh_degree=0)["normals"]
-            normals = normals / np.maximum(np.linalg.norm(normals, axis=-1, keepdims=True), 1e-9)
-            inner = hit.copy()
-            inner[[0, -1], :] = inner[:, [0, -1]] = False
-            depth_err.append(np.abs(depth - true_depth)[hit])
-            angles.append(np.degrees(np.arccos(np.clip(np.sum(normals * true_normals, -1), -1, 1)))[inner])
+            errors.append(sphere_errors(depth, normals, vm, K, skip_edge=True))
+        depth_err, angles = (np.concatenate(e) for e in zip(*errors))
         psnr = evaluation.heldout_psnr(tr, *test)
-        print(f"| {name} | {psnr:.2f} | {np.median(np.concatenate(depth_err)):.4f} | "
-              f"{np.median(np.concatenate(angles)):.1f} | {int(np.asarray(tr.gaussians.alive).sum())} | {seconds:.0f} |",
+        print(f"| {name} | {psnr:.2f} | {np.median(depth_err):.4f} | {np.median(angles):.1f} | {int(np.asarray(tr.gaussians.alive).sum())} | {seconds:.0f} |",
               flush=True)
 
 

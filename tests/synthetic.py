@@ -141,3 +141,18 @@ def mesh_to_sphere(vertices, radius=0.8, samples=20000, seed=0):
     points = radius * d / np.linalg.norm(d, axis=1, keepdims=True)
     completeness = float(np.mean(cKDTree(v).query(points)[0]))
     return accuracy, completeness
+
+
+def sphere_errors(depth, normals, viewmat, K, radius=0.8, skip_edge=False):
+    """A render's errors against the sphere's closed form (`sphere_geometry`) at the pixels the
+    sphere covers: (|depth - true depth| [M], angle in degrees between the normals (normalised
+    here) and the true ones [M']); `skip_edge`: the angles leave out the image's outermost pixels
+    (where `depth_to_normals` has none). depth [H, W], normals [H, W, 3] world space."""
+    h, w = depth.shape
+    true_depth, true_normals, hit = sphere_geometry(viewmat, K, w, h, radius)
+    n = normals / np.maximum(np.linalg.norm(normals, axis=-1, keepdims=True), 1e-9)
+    angles = np.degrees(np.arccos(np.clip(np.sum(n * true_normals, -1), -1, 1)))
+    where = hit.copy()
+    if skip_edge:
+        where[[0, -1], :] = where[:, [0, -1]] = False
+    return np.abs(depth - true_depth)[hit], angles[where]

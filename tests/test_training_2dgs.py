@@ -11,7 +11,7 @@ from jax_backend import (DefaultStrategy, MCMCStrategy, SurfelConfig, TrainConfi
                          as_surfels, init_random, render_surfels)
 from jax_backend.training import evaluation
 from jax_backend.training.surfels import SURFEL_THICKNESS, geometry_loss, geometry_terms
-from synthetic import sphere_geometry, sphere_scene
+from synthetic import sphere_errors, sphere_scene
 
 
 @pytest.fixture(scope="module")
@@ -86,14 +86,10 @@ def test_settings_2dgs_cannot_train_with_stop_it_with_one_line(scene, setting, v
 def _geometry_errors(trainer, test):
     """Median absolute depth error and median normal angle (degrees) over the pixels the sphere
     covers in the held-out views, against the closed form."""
-    depth_err, angle = [], []
-    for _, vm, K in zip(*test):
-        depth, normals, hit = sphere_geometry(vm, K, 64, 48)
-        out = render_surfels(trainer.gaussians, vm, K, 64, 48, sh_degree=0)
-        n = out["normals"] / np.maximum(np.linalg.norm(out["normals"], axis=-1, keepdims=True), 1e-9)
-        depth_err.append(np.abs(out["depth"][..., 0] - depth)[hit])
-        angle.append(np.degrees(np.arccos(np.clip(np.sum(n * normals, -1), -1, 1)))[hit])
-    return float(np.median(np.concatenate(depth_err))), float(np.median(np.concatenate(angle)))
+    errors = [sphere_errors(out["depth"][..., 0], out["normals"], vm, K)
+              for out, vm, K in ((render_surfels(trainer.gaussians, vm, K, 64, 48, sh_degree=0), vm, K)
+                                 for _, vm, K in zip(*test))]
+    return tuple(float(np.median(np.concatenate(e))) for e in zip(*errors))
 
 
 def test_surfels_learn_the_sphere_surface(scene):

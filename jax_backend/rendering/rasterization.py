@@ -149,17 +149,17 @@ def _render_one(rc: RenderConfig, means, quats, scales, opacities, colors, viewm
     image, alpha = composite(cfg, geom, feats, bg, probe, bins.lists)
     if render_mode.endswith("ED"):
         image = image.at[..., -1].divide(jnp.maximum(alpha, 1e-10))
+    return image, alpha[..., None], render_meta(proj, bins, probe, conics=proj.conics)
+
+
+def render_meta(proj, bins, probe, **extra) -> dict:
+    """A camera's `meta` (as gsplat's): the splats' screen radii (0 where not drawn), their probed
+    means2d, depths, tiles each touches, the intersection count and buffer overflow, and the
+    projection's own `extra` entries (3DGS's conics, 2DGS's normals and ray transforms)."""
     radii = jnp.where(proj.valid & (bins.tiles_per_gaussian > 0), jnp.ceil(proj.extents.max(-1)), 0).astype(jnp.int32)
-    meta = {
-        "radii": radii,
-        "means2d": proj.means2d + probe,
-        "depths": proj.depths,
-        "conics": proj.conics,
-        "tiles_per_gauss": bins.tiles_per_gaussian,
-        "num_intersections": bins.num_intersections,
-        "overflow": bins.overflow,
-    }
-    return image, alpha[..., None], meta
+    return {"radii": radii, "means2d": proj.means2d + probe, "depths": proj.depths, **extra,
+            "tiles_per_gauss": bins.tiles_per_gaussian, "num_intersections": bins.num_intersections,
+            "overflow": bins.overflow}
 
 
 @partial(jax.jit, static_argnums=(0,))

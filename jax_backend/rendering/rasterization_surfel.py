@@ -20,7 +20,7 @@ from .binning import bin_gaussians, tile_rect
 from .composite import RasterizerOptions, composite, surfels
 from .projection_surfel import project_surfels
 from .rasterization import (RENDER_MODES, RenderConfig, check_colors_and_cameras, per_camera, render_config,
-                            render_eagerly)
+                            render_eagerly, render_meta)
 from .sh import sh_to_color
 from .tile_parallel import gathered
 from .tiles import TileGrid
@@ -84,17 +84,7 @@ def _render_one(rc: RenderConfig, depth_mode, means, quats, scales, opacities, c
     normals = jnp.einsum("hwi,ij->hwj", image[..., ch:], to_world, precision=jax.lax.Precision.HIGHEST)
     surf = depth_to_normals(expected if depth_mode == "expected" else median, K)
     surf = jnp.einsum("hwi,ij->hwj", surf, to_world, precision=jax.lax.Precision.HIGHEST)
-    radii = jnp.where(proj.valid & (bins.tiles_per_gaussian > 0), jnp.ceil(proj.extents.max(-1)), 0).astype(jnp.int32)
-    meta = {
-        "radii": radii,
-        "means2d": proj.means2d + probe,
-        "depths": proj.depths,
-        "normals": proj.normals,
-        "ray_transforms": proj.transforms,
-        "tiles_per_gauss": bins.tiles_per_gaussian,
-        "num_intersections": bins.num_intersections,
-        "overflow": bins.overflow,
-    }
+    meta = render_meta(proj, bins, probe, normals=proj.normals, ray_transforms=proj.transforms)
     return out, alpha[..., None], normals, surf, distort[..., None], median[..., None], meta
 
 
