@@ -91,43 +91,91 @@ def check_colors_and_cameras(n: int, colors, viewmats, Ks, sh_degree, background
     return c
 
 
-def per_camera(one, colors, per_camera_colors: bool, cameras):
-    """`one((colors, *camera))` for each camera's entries of `cameras` (a tuple of [C, ...] arrays
-    or None), one after another (`lax.map`), not vmapped: a vmapped while loop would run every
-    camera to the longest one and select over whole carries at each step. `colors` [C, N, D] go
-    with their camera when `per_camera_colors`, else the same for all."""
-    xs = (colors if per_camera_colors else None,) + tuple(cameras)
+class RenderInputs(NamedTuple):
+    """The arrays of one render call, float32 and checked (`render_inputs`), read by name. The
+    per-camera fields have a leading [C] axis (`CAMERA_FIELDS`); inside `rasterized_per_camera`
+    they hold one camera's entries."""
 
-    def call(x):
-        return one((x[0] if per_camera_colors else colors,) + tuple(x[1:]))
+    means: jnp.ndarray  # [N, 3]
+    quats: jnp.ndarray  # [N, 4]
+    scales: jnp.ndarray  # [N, 3] (2DGS: [N, 2] or [N, 3])
+    opacities: jnp.ndarray  # [N]
+    colors: jnp.ndarray  # [N, D], [C, N, D] or SH [N, K, 3]
+    viewmats: jnp.ndarray  # [C, 4, 4]
+    Ks: jnp.ndarray  # [C, 3, 3]
+    distortions: Optional[jnp.ndarray]  # [C, 4] a fisheye's k1-k4 (None: a splat kind that draws pinholes only)
+    backgrounds: Optional[jnp.ndarray]  # [C, D] or None (zeros)
+    probe: jnp.ndarray  # [C, N, 2] means2d probe
+    sh_degree: jnp.ndarray  # int32 scalar (0 when the colours are not SH)
 
-    if cameras[0].shape[0] == 1:
-        out = call(jax.tree_util.tree_map(lambda x: x[0], xs))
-        return jax.tree_util.tree_map(lambda x: x[None], out)
-    return jax.lax.map(call, xs)
+
+CAMERA_FIELDS = ("viewmats", "Ks", "distortions", "backgrounds", "probe")  # one entry per camera, in this order
 
 
-def _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degree, backgrounds, distortion):
+def render_inputs(means, quats, scales, opacities, colors, viewmats, Ks, *, sh_degree, backgrounds, probe, zeros,
+                  distortion=None, pinhole_only: bool = False) -> RenderInputs:
+    """`RenderInputs` from a render call's arrays: float32, fisheye coefficients per camera (None
+    when `pinhole_only`), the probe made by `zeros` when none is given; ValueError naming a bad
+    shape."""
+    means, quats, scales, opacities, colors, viewmats, Ks = (
+        jnp.asarray(x, jnp.float32) for x in (means, quats, scales, opacities, colors, viewmats, Ks))
+    if backgrounds is not None:
+        backgrounds = jnp.asarray(backgrounds, jnp.float32)
     n = means.shape[0] if means.ndim == 2 else -1
     if means.ndim != 2 or means.shape[1] != 3:
         raise ValueError(f"means must be [N,3], got {means.shape}")
-    for name, x, shape in (("quats", quats, (n, 4)), ("scales", scales, (n, 3)), ("opacities", opacities, (n,))):
+    for name, x, shape in (("quats", quats, (n, 4)), ("opacities", opacities, (n,))):
         if tuple(x.shape) != shape:
             raise ValueError(f"{name} must be {list(shape)} for N={n}, got {list(x.shape)}")
+    if pinhole_only:  # a 2DGS surfel: two drawn axes, a third not drawn
+        if scales.ndim != 2 or scales.shape[0] != n or scales.shape[1] not in (2, 3):
+            raise ValueError(f"scales must be [N,2] (a surfel's two axes) or [N,3] (the third not drawn) for N={n}, "
+                             f"got {list(scales.shape)}")
+    elif tuple(scales.shape) != (n, 3):
+        raise ValueError(f"scales must be {[n, 3]} for N={n}, got {list(scales.shape)}")
     c = check_colors_and_cameras(n, colors, viewmats, Ks, sh_degree, backgrounds)
-    if distortion.shape != (c, 4):
+    distortions = None if pinhole_only else camera_distortions(distortion, c)
+    if distortions is not None and distortions.shape != (c, 4):
         raise ValueError(f"distortion must be the fisheye's (k1, k2, k3, k4): [4] or [C,4] for C={c}, got "
-                         f"{distortion.shape}")
+                         f"{distortions.shape}")
+    if probe is None:
+        probe = zeros((c, n, 2), np.float32)
+    degree = jnp.asarray(sh_degree if sh_degree is not None else 0, jnp.int32)
+    return RenderInputs(means, quats, scales, opacities, colors, viewmats, Ks, distortions, backgrounds, probe, degree)
 
 
-def _render_one(rc: RenderConfig, means, quats, scales, opacities, colors, viewmat, K, distortion, background, probe,
-                sh_degree):
+def view_colors(rc: RenderConfig, x: RenderInputs):
+    """One camera's colours: its SH coefficients evaluated along each splat's view direction when
+    `rc.use_sh`, else the colours as given."""
+    if not rc.use_sh:
+        return x.colors
+    campos = -jnp.sum(x.viewmats[:3, :3] * x.viewmats[:3, 3:], 0)  # -R^T t, elementwise (float32 everywhere)
+    return sh_to_color(x.colors, x.means - campos, active_degree=x.sh_degree)
+
+
+def rasterized_per_camera(rc: RenderConfig, render_one, x: RenderInputs):
+    """`render_one(rc, x)` for each camera of `x` (then holding that camera's entries: its colours
+    too when they are per camera), one after another (`lax.map`), not vmapped: a vmapped while
+    loop would run every camera to the longest one and select over whole carries at each step."""
+    per_camera_colors = not rc.use_sh and x.colors.ndim == 3
+    xs = (x.colors if per_camera_colors else None,) + tuple(getattr(x, f) for f in CAMERA_FIELDS)
+
+    def call(one):
+        colors = one[0] if per_camera_colors else x.colors
+        return render_one(rc, x._replace(colors=colors, **dict(zip(CAMERA_FIELDS, one[1:]))))
+
+    if x.viewmats.shape[0] == 1:
+        out = call(jax.tree_util.tree_map(lambda a: a[0], xs))
+        return jax.tree_util.tree_map(lambda a: a[None], out)
+    return jax.lax.map(call, xs)
+
+
+def _render_one(rc: RenderConfig, x: RenderInputs):
+    """One camera's render (`x` holds that camera's entries)."""
     cfg, grid, render_mode = rc.composite, rc.composite.grid, rc.render_mode
-    proj = project_gaussians(means, quats, scales, opacities, viewmat, K, grid.width, grid.height, rc.near_plane,
-                             rc.eps2d, rc.rasterize_mode, rc.camera_model, distortion)
-    if rc.use_sh:
-        campos = -jnp.sum(viewmat[:3, :3] * viewmat[:3, 3:], 0)  # -R^T t, elementwise (float32 everywhere)
-        colors = sh_to_color(colors, means - campos, active_degree=sh_degree)
+    proj = project_gaussians(x.means, x.quats, x.scales, x.opacities, x.viewmats, x.Ks, grid.width, grid.height,
+                             rc.near_plane, rc.eps2d, rc.rasterize_mode, rc.camera_model, x.distortions)
+    colors = view_colors(rc, x)
     # the binning and every tile need all Gaussians (a training step splits them over the tile devices).
     # The boxes are never differentiated: kept out of the gradient, whose zeros would otherwise meet
     # the box's infinite slopes (0 * inf) in the projection's backward
@@ -138,18 +186,18 @@ def _render_one(rc: RenderConfig, means, quats, scales, opacities, colors, viewm
     if "+" in render_mode:
         feats = jnp.concatenate([colors, depth], -1)
     bg = jnp.zeros((feats.shape[-1],), jnp.float32)
-    if background is not None:
-        bg = bg.at[: background.shape[0]].set(background)
+    if x.backgrounds is not None:
+        bg = bg.at[: x.backgrounds.shape[0]].set(x.backgrounds)
 
     # binning is discrete: keep autodiff out of it (no tangents through the sort). Its outputs are
     # pinned whole too: else XLA's partitioner split its cumulative sum after the per-Gaussian
     # statistics that read them (800 ms a step at 200k Gaussians)
     bins = gathered(bin_gaussians(jax.lax.stop_gradient(proj), grid, rc.isect_capacity, cfg.layout.platform), cfg.layout)
     geom = jnp.concatenate([proj.means2d, proj.quad, proj.opacities[:, None]], -1)  # blend.GEOM_ROWS
-    image, alpha = composite(cfg, geom, feats, bg, probe, bins.lists)
+    image, alpha = composite(cfg, geom, feats, bg, x.probe, bins.lists)
     if render_mode.endswith("ED"):
         image = image.at[..., -1].divide(jnp.maximum(alpha, 1e-10))
-    return image, alpha[..., None], render_meta(proj, bins, probe, conics=proj.conics)
+    return image, alpha[..., None], render_meta(proj, bins, x.probe, conics=proj.conics)
 
 
 def render_meta(proj, bins, probe, **extra) -> dict:
@@ -163,12 +211,9 @@ def render_meta(proj, bins, probe, **extra) -> dict:
 
 
 @partial(jax.jit, static_argnums=(0,))
-def _rasterize_jit(rc: RenderConfig, means, quats, scales, opacities, colors, viewmats, Ks, distortions, backgrounds,
-                   probe, sh_degree):
+def _rasterize_jit(rc: RenderConfig, x: RenderInputs):
     """Cameras one after another (`per_camera`)."""
-    fn = partial(_render_one, rc, means, quats, scales, opacities)
-    return per_camera(lambda xs: fn(*xs, sh_degree), colors, not rc.use_sh and colors.ndim == 3,
-                      (viewmats, Ks, distortions, backgrounds, probe))
+    return rasterized_per_camera(rc, _render_one, x)
 
 
 @partial(jax.jit, static_argnums=(7, 8, 9, 10, 11, 12, 13))
@@ -248,29 +293,6 @@ _ARGS_DOC = """
 """
 
 
-def _prepared(means, quats, scales, opacities, colors, viewmats, Ks, width, height, sh_degree, backgrounds,
-              near_plane, eps2d, render_mode, rasterize_mode, rasterizer, tile_size, isect_capacity, means2d_probe,
-              absgrad, options, layout, zeros, camera_model, distortion):
-    """The checked `RenderConfig` and the arrays `_rasterize_jit` takes (the probe made by `zeros`
-    when none is given)."""
-    means, quats, scales, opacities, colors, viewmats, Ks = (
-        jnp.asarray(x, jnp.float32) for x in (means, quats, scales, opacities, colors, viewmats, Ks)
-    )
-    if backgrounds is not None:
-        backgrounds = jnp.asarray(backgrounds, jnp.float32)
-    distortions = camera_distortions(distortion, viewmats.shape[0] if viewmats.ndim == 3 else 1)
-    _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degree, backgrounds, distortions)
-    use_sh = sh_degree is not None
-    rc = render_config(width, height, tile_size=tile_size, render_mode=render_mode, rasterize_mode=rasterize_mode,
-                       rasterizer=rasterizer, options=options, absgrad=absgrad, layout=layout,
-                       near_plane=near_plane, eps2d=eps2d, use_sh=use_sh, isect_capacity=int(isect_capacity or 1),
-                       camera_model=camera_model)
-    if means2d_probe is None:
-        means2d_probe = zeros((viewmats.shape[0], means.shape[0], 2), np.float32)
-    degree = jnp.asarray(sh_degree if use_sh else 0, jnp.int32)
-    return rc, (means, quats, scales, opacities, colors, viewmats, Ks, distortions, backgrounds, means2d_probe, degree)
-
-
 def traced_rasterization(means, quats, scales, opacities, colors, viewmats, Ks, width: int, height: int, *,
                          isect_capacity: int, sh_degree=None, backgrounds=None, near_plane: float = 0.01,
                          eps2d: float = 0.3, render_mode: str = "RGB", rasterize_mode: str = "classic",
@@ -285,10 +307,13 @@ def traced_rasterization(means, quats, scales, opacities, colors, viewmats, Ks, 
     if isect_capacity is None or int(isect_capacity) < 1:
         raise ValueError(f"traced_rasterization needs the intersection buffer's size (isect_capacity >= 1), got "
                          f"{isect_capacity!r}: `count_intersections` says what cameras need")
-    rc, arrays = _prepared(means, quats, scales, opacities, colors, viewmats, Ks, width, height, sh_degree,
-                           backgrounds, near_plane, eps2d, render_mode, rasterize_mode, rasterizer, tile_size,
-                           isect_capacity, means2d_probe, absgrad, options, layout, jnp.zeros, camera_model, distortion)
-    return _rasterize_jit(rc, *arrays)
+    x = render_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degree=sh_degree,
+                      backgrounds=backgrounds, probe=means2d_probe, zeros=jnp.zeros, distortion=distortion)
+    rc = render_config(width, height, tile_size=tile_size, render_mode=render_mode, rasterize_mode=rasterize_mode,
+                       rasterizer=rasterizer, options=options, absgrad=absgrad, layout=layout, near_plane=near_plane,
+                       eps2d=eps2d, use_sh=sh_degree is not None, isect_capacity=isect_capacity,
+                       camera_model=camera_model)
+    return _rasterize_jit(rc, x)
 
 
 def rasterization(means, quats, scales, opacities, colors, viewmats, Ks, width: int, height: int, *, sh_degree=None,
@@ -302,17 +327,24 @@ def rasterization(means, quats, scales, opacities, colors, viewmats, Ks, width: 
     and a buffer too small is grown (`isect_buffer.after_overflow`) and the frames rendered again,
     so every image holds all its intersections. Inside `jit`/`grad` use `traced_rasterization`.
     """
-    rc, arrays = _prepared(means, quats, scales, opacities, colors, viewmats, Ks, width, height, sh_degree,
-                           backgrounds, near_plane, eps2d, render_mode, rasterize_mode, rasterizer, tile_size,
-                           isect_capacity, means2d_probe, absgrad, options, layout, np.zeros, camera_model, distortion)
-    count = partial(count_intersections, *arrays[:4], arrays[5], arrays[6], rc.composite.grid.width,
-                    rc.composite.grid.height, near_plane=near_plane, eps2d=eps2d, rasterize_mode=rasterize_mode,
-                    tile_size=tile_size, camera_model=camera_model, distortion=arrays[7])
-    return render_eagerly(rc, arrays, _rasterize_jit, None if isect_capacity is not None else count)
+    x = render_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degree=sh_degree,
+                      backgrounds=backgrounds, probe=means2d_probe, zeros=np.zeros, distortion=distortion)
+    rc = render_config(width, height, tile_size=tile_size, render_mode=render_mode, rasterize_mode=rasterize_mode,
+                       rasterizer=rasterizer, options=options, absgrad=absgrad, layout=layout, near_plane=near_plane,
+                       eps2d=eps2d, use_sh=sh_degree is not None, isect_capacity=isect_capacity or 1,
+                       camera_model=camera_model)
+
+    def count():
+        return count_intersections(x.means, x.quats, x.scales, x.opacities, x.viewmats, x.Ks, rc.composite.grid.width,
+                                   rc.composite.grid.height, near_plane=near_plane, eps2d=eps2d,
+                                   rasterize_mode=rasterize_mode, tile_size=tile_size, camera_model=camera_model,
+                                   distortion=x.distortions)
+
+    return render_eagerly(rc, x, _rasterize_jit, None if isect_capacity is not None else count)
 
 
-def render_eagerly(rc, arrays, render, count=None):
-    """`render(rc, *arrays)` (a jitted render whose last output is its meta) called eagerly with an
+def render_eagerly(rc: RenderConfig, x: RenderInputs, render, count=None):
+    """`render(rc, x)` (a jitted render whose last output is its meta) called eagerly with an
     intersection buffer that holds every camera's intersections: `rc`'s, or with `count` (a
     function returning each camera's count) what the cameras need; grown (`after_overflow`) and
     rendered again while one overflowed."""
@@ -320,9 +352,9 @@ def render_eagerly(rc, arrays, render, count=None):
         if count is not None:
             rc = rc._replace(isect_capacity=size_for(max(int(np.max(count())), 1)))
         # the inputs go where the dealt program runs (a trainer's state is on one device)
-        arrays = rc.composite.layout.place(arrays)
+        x = rc.composite.layout.place(x)
         while True:
-            out = render(rc, *arrays)
+            out = render(rc, x)
             needed = int(np.max(np.asarray(out[-1]["num_intersections"])))
             if needed <= rc.isect_capacity:
                 return out

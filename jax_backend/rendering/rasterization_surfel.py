@@ -19,9 +19,8 @@ import numpy as np
 from .binning import bin_gaussians, tile_rect
 from .composite import RasterizerOptions, composite, surfels
 from .projection_surfel import project_surfels
-from .rasterization import (RENDER_MODES, RenderConfig, check_colors_and_cameras, per_camera, render_config,
-                            render_eagerly, render_meta)
-from .sh import sh_to_color
+from .rasterization import (RenderConfig, RenderInputs, rasterized_per_camera, render_config, render_eagerly,
+                            render_inputs, render_meta, view_colors)
 from .tile_parallel import gathered
 from .tiles import TileGrid
 from ..layout import Layout
@@ -44,36 +43,21 @@ def depth_to_normals(depth, K):
     return jnp.pad(n, ((1, 1), (1, 1), (0, 0)))
 
 
-def _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degree, backgrounds):
-    n = means.shape[0] if means.ndim == 2 else -1
-    if means.ndim != 2 or means.shape[1] != 3:
-        raise ValueError(f"means must be [N,3], got {means.shape}")
-    for name, x, shape in (("quats", quats, (n, 4)), ("opacities", opacities, (n,))):
-        if tuple(x.shape) != shape:
-            raise ValueError(f"{name} must be {list(shape)} for N={n}, got {list(x.shape)}")
-    if scales.ndim != 2 or scales.shape[0] != n or scales.shape[1] not in (2, 3):
-        raise ValueError(f"scales must be [N,2] (a surfel's two axes) or [N,3] (the third not drawn) for N={n}, "
-                         f"got {list(scales.shape)}")
-    check_colors_and_cameras(n, colors, viewmats, Ks, sh_degree, backgrounds)
-
-
-def _render_one(rc: RenderConfig, depth_mode, means, quats, scales, opacities, colors, viewmat, K, background, probe,
-                sh_degree):
-    cfg, grid = rc.composite, rc.composite.grid
-    proj = project_surfels(means, quats, scales, opacities, viewmat, K, grid.width, grid.height, rc.near_plane)
-    if rc.use_sh:
-        campos = -jnp.sum(viewmat[:3, :3] * viewmat[:3, 3:], 0)  # -R^T t, elementwise
-        colors = sh_to_color(colors, means - campos, active_degree=sh_degree)
+def _render_one(depth_mode: str, rc: RenderConfig, x: RenderInputs):
+    """One camera's render (`x` holds that camera's entries)."""
+    cfg, grid, viewmat, K = rc.composite, rc.composite.grid, x.viewmats, x.Ks
+    proj = project_surfels(x.means, x.quats, x.scales, x.opacities, viewmat, K, grid.width, grid.height, rc.near_plane)
+    colors = view_colors(rc, x)
     proj, colors = gathered((proj, colors), cfg.layout)
     ch = colors.shape[-1]
     feats = jnp.concatenate([colors, proj.normals], -1)  # the normals blend as three more features
     bg = jnp.zeros((ch + 3,), jnp.float32)
-    if background is not None:
-        bg = bg.at[:ch].set(background)
+    if x.backgrounds is not None:
+        bg = bg.at[:ch].set(x.backgrounds)
     bins = gathered(bin_gaussians(jax.lax.stop_gradient(proj), grid, rc.isect_capacity, cfg.layout.platform),
                     cfg.layout)
     geom = jnp.concatenate([proj.transforms, proj.means2d, proj.opacities[:, None]], -1)  # SURFEL_GEOM_ROWS
-    image, alpha, depth, distort, median = composite(cfg, geom, feats, bg, probe, bins.lists)
+    image, alpha, depth, distort, median = composite(cfg, geom, feats, bg, x.probe, bins.lists)
     expected = depth / jnp.maximum(alpha, 1e-10)
     colors_out = {"RGB": image[..., :ch], "D": depth[..., None], "ED": expected[..., None]}
     mode = rc.render_mode
@@ -84,17 +68,14 @@ def _render_one(rc: RenderConfig, depth_mode, means, quats, scales, opacities, c
     normals = jnp.einsum("hwi,ij->hwj", image[..., ch:], to_world, precision=jax.lax.Precision.HIGHEST)
     surf = depth_to_normals(expected if depth_mode == "expected" else median, K)
     surf = jnp.einsum("hwi,ij->hwj", surf, to_world, precision=jax.lax.Precision.HIGHEST)
-    meta = render_meta(proj, bins, probe, normals=proj.normals, ray_transforms=proj.transforms)
+    meta = render_meta(proj, bins, x.probe, normals=proj.normals, ray_transforms=proj.transforms)
     return out, alpha[..., None], normals, surf, distort[..., None], median[..., None], meta
 
 
 @partial(jax.jit, static_argnums=(0, 1))
-def _rasterize_jit(rc: RenderConfig, depth_mode: str, means, quats, scales, opacities, colors, viewmats, Ks,
-                   backgrounds, probe, sh_degree):
-    """Cameras one after another (`rasterization.per_camera`)."""
-    fn = partial(_render_one, rc, depth_mode, means, quats, scales, opacities)
-    return per_camera(lambda xs: fn(*xs, sh_degree), colors, not rc.use_sh and colors.ndim == 3,
-                      (viewmats, Ks, backgrounds, probe))
+def _rasterize_jit(rc: RenderConfig, depth_mode: str, x: RenderInputs):
+    """Cameras one after another (`rasterization.rasterized_per_camera`)."""
+    return rasterized_per_camera(rc, partial(_render_one, depth_mode), x)
 
 
 @partial(jax.jit, static_argnums=(6, 7, 8, 9))
@@ -147,26 +128,19 @@ _ARGS_DOC = """
 """
 
 
-def _prepared(means, quats, scales, opacities, colors, viewmats, Ks, width, height, sh_degree, backgrounds,
-              near_plane, render_mode, depth_mode, rasterizer, tile_size, isect_capacity, means2d_probe, absgrad,
-              options, layout, zeros):
-    means, quats, scales, opacities, colors, viewmats, Ks = (
-        jnp.asarray(x, jnp.float32) for x in (means, quats, scales, opacities, colors, viewmats, Ks))
-    if backgrounds is not None:
-        backgrounds = jnp.asarray(backgrounds, jnp.float32)
-    _check_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degree, backgrounds)
+def _prepared(means, quats, scales, opacities, colors, viewmats, Ks, width: int, height: int, *, sh_degree,
+              backgrounds, near_plane: float, render_mode: str, depth_mode: str, rasterizer: str, tile_size: int,
+              isect_capacity, means2d_probe, absgrad: bool, options, layout, zeros):
+    """The checked `RenderConfig` and `RenderInputs` of a 2DGS render (the probe made by `zeros`
+    when none is given)."""
+    x = render_inputs(means, quats, scales, opacities, colors, viewmats, Ks, sh_degree=sh_degree,
+                      backgrounds=backgrounds, probe=means2d_probe, zeros=zeros, pinhole_only=True)
     if depth_mode not in DEPTH_MODES:
         raise ValueError(f"depth_mode must be one of {DEPTH_MODES}, got {depth_mode!r}")
-    if render_mode not in RENDER_MODES:
-        raise ValueError(f"render_mode must be one of {RENDER_MODES}, got {render_mode!r}")
-    use_sh = sh_degree is not None
     rc = render_config(width, height, tile_size=tile_size, render_mode=render_mode, rasterizer=rasterizer,
-                       options=options, absgrad=absgrad, layout=layout, near_plane=near_plane, use_sh=use_sh,
-                       isect_capacity=int(isect_capacity or 1), splatting=surfels(near_plane))
-    if means2d_probe is None:
-        means2d_probe = zeros((viewmats.shape[0], means.shape[0], 2), np.float32)
-    degree = jnp.asarray(sh_degree if use_sh else 0, jnp.int32)
-    return rc, (means, quats, scales, opacities, colors, viewmats, Ks, backgrounds, means2d_probe, degree)
+                       options=options, absgrad=absgrad, layout=layout, near_plane=near_plane,
+                       use_sh=sh_degree is not None, isect_capacity=isect_capacity or 1, splatting=surfels(near_plane))
+    return rc, x
 
 
 def traced_rasterization_2dgs(means, quats, scales, opacities, colors, viewmats, Ks, width: int, height: int, *,
@@ -180,10 +154,11 @@ def traced_rasterization_2dgs(means, quats, scales, opacities, colors, viewmats,
     if isect_capacity is None or int(isect_capacity) < 1:
         raise ValueError(f"traced_rasterization_2dgs needs the intersection buffer's size (isect_capacity >= 1), got "
                          f"{isect_capacity!r}: `count_intersections_2dgs` says what cameras need")
-    rc, arrays = _prepared(means, quats, scales, opacities, colors, viewmats, Ks, width, height, sh_degree, backgrounds,
-                           near_plane, render_mode, depth_mode, rasterizer, tile_size, isect_capacity, means2d_probe,
-                           absgrad, options, layout, jnp.zeros)
-    return _rasterize_jit(rc, depth_mode, *arrays)
+    rc, x = _prepared(means, quats, scales, opacities, colors, viewmats, Ks, width, height, sh_degree=sh_degree,
+                      backgrounds=backgrounds, near_plane=near_plane, render_mode=render_mode, depth_mode=depth_mode,
+                      rasterizer=rasterizer, tile_size=tile_size, isect_capacity=isect_capacity,
+                      means2d_probe=means2d_probe, absgrad=absgrad, options=options, layout=layout, zeros=jnp.zeros)
+    return _rasterize_jit(rc, depth_mode, x)
 
 
 def rasterization_2dgs(means, quats, scales, opacities, colors, viewmats, Ks, width: int, height: int, *,
@@ -194,12 +169,16 @@ def rasterization_2dgs(means, quats, scales, opacities, colors, viewmats, Ks, wi
     """Render C cameras' surfels (2DGS), as gsplat's `rasterization_2dgs`, called eagerly: the
     intersection buffer is what the cameras need unless `isect_capacity` is given, and grown and
     rendered again when too small (as `rasterization`)."""
-    rc, arrays = _prepared(means, quats, scales, opacities, colors, viewmats, Ks, width, height, sh_degree, backgrounds,
-                           near_plane, render_mode, depth_mode, rasterizer, tile_size, isect_capacity, means2d_probe,
-                           absgrad, options, layout, np.zeros)
-    count = partial(count_intersections_2dgs, *arrays[:4], arrays[5], arrays[6], width, height, near_plane=near_plane,
-                    tile_size=tile_size)
-    return render_eagerly(rc, arrays, lambda rc, *a: _rasterize_jit(rc, depth_mode, *a),
+    rc, x = _prepared(means, quats, scales, opacities, colors, viewmats, Ks, width, height, sh_degree=sh_degree,
+                      backgrounds=backgrounds, near_plane=near_plane, render_mode=render_mode, depth_mode=depth_mode,
+                      rasterizer=rasterizer, tile_size=tile_size, isect_capacity=isect_capacity,
+                      means2d_probe=means2d_probe, absgrad=absgrad, options=options, layout=layout, zeros=np.zeros)
+
+    def count():
+        return count_intersections_2dgs(x.means, x.quats, x.scales, x.opacities, x.viewmats, x.Ks, width, height,
+                                        near_plane=near_plane, tile_size=tile_size)
+
+    return render_eagerly(rc, x, lambda rc, x: _rasterize_jit(rc, depth_mode, x),
                           None if isect_capacity is not None else count)
 
 
