@@ -145,7 +145,7 @@ def small_trainer(strategy: str = "default", corrections: bool = False, surfels:
     import jax.numpy as jnp
     import numpy as np
 
-    from jax_backend import SurfelConfig, Trainer, TrainConfig, init_from_points, make_dataset, make_layout, make_strategy
+    from jax_backend import Surfels2D, Trainer, TrainConfig, init_from_points, make_dataset, make_layout, make_strategy
     from jax_backend.training.bilateral import BilateralGridConfig
     from jax_backend.training.cameras import CameraOptConfig
 
@@ -155,7 +155,7 @@ def small_trainer(strategy: str = "default", corrections: bool = False, surfels:
     extra = dict(camera_opt=CameraOptConfig(mode="SO3xR3"), bilateral=BilateralGridConfig(enabled=True, shape=(4, 4, 4))) \
         if corrections else {}
     if surfels:
-        extra["surfels"] = SurfelConfig(normal_start=0, distortion_lambda=0.1, distortion_start=0)
+        extra["splats"] = Surfels2D(normal_start=0, distortion_lambda=0.1, distortion_start=0)
     cfg = TrainConfig(max_steps=1000, steps_per_block=5, strategy=make_strategy(strategy, **strategy_kw),
                       background="random", **extra)
     capacity = 4096 if strategy_kw.get("budget") else 2048

@@ -129,7 +129,7 @@ def main():
     renders = {}
     for name in ("float32", "bfloat16 products"):
         with bf16_products(name != "float32"):
-            renders[name] = [jnp.clip(jnp.asarray(evaluation.render(tr, vm, K, im.shape[1], im.shape[0], render_mode="RGB")[0]), 0, 1)
+            renders[name] = [jnp.clip(jnp.asarray(evaluation.render(tr, vm, K, im.shape[1], im.shape[0], depth=False).rgb), 0, 1)
                              for im, vm, K in zip(*d["test"])]
         heldout = np.mean([float(psnr(x, im)) for x, im in zip(renders[name], images)])  # as evaluation.heldout_psnr
         print(f"the float32-trained scene rendered with {name:>17}: held-out PSNR {heldout:.3f} dB", flush=True)

@@ -141,8 +141,7 @@ def fox(steps: int, out: Path) -> None:
 
 
 def weights(steps: int, out: Path) -> None:
-    from jax_backend import (DefaultStrategy, SurfelConfig, TrainConfig, Trainer, depth_to_normals, init_random,
-                             render_surfels)
+    from jax_backend import DefaultStrategy, Surfels2D, TrainConfig, Trainer, depth_to_normals, init_random
     from jax_backend.training import evaluation
     from synthetic import sphere_errors, sphere_scene
 
@@ -154,9 +153,10 @@ def weights(steps: int, out: Path) -> None:
     print("| run | held-out PSNR | depth error | normal error (deg) | Gaussians | train s |")
     print("|---|---|---|---|---|---|")
     for name, w in runs:
-        surfels = None if w is None else SurfelConfig(normal_lambda=w[0], normal_start=steps // 3,
+        surfels = None if w is None else Surfels2D(normal_lambda=w[0], normal_start=steps // 3,
                                                       distortion_lambda=w[1], distortion_start=steps // 5)
-        cfg = TrainConfig(max_steps=steps, steps_per_block=50, sh_degree=0, background="black", surfels=surfels,
+        cfg = TrainConfig(max_steps=steps, steps_per_block=50, sh_degree=0, background="black",
+                          **({} if surfels is None else {"splats": surfels}),
                           strategy=DefaultStrategy(refine_start=100, refine_stop=steps * 3 // 4, refine_every=100,
                                                    reset_every=10**6))
         tr = Trainer(cfg, train, init_random(256, -1, 1, sh_degree=0, capacity=2048), scene_extent=1.5,
@@ -166,12 +166,12 @@ def weights(steps: int, out: Path) -> None:
         seconds = time.perf_counter() - start
         errors = []
         for _, vm, K in zip(*test):
-            image, _ = evaluation.render(tr, vm, K, 64, 48, render_mode="RGB+ED")
-            depth = image[..., 3]
+            r = evaluation.render(tr, vm, K, 64, 48)
+            depth = r.depth[..., 0]
             if surfels is None:
                 normals = np.asarray(depth_to_normals(depth, K)) @ vm[:3, :3]
             else:
-                normals = render_surfels(tr.gaussians, vm, K, 64, 48, sh_degree=0)["normals"]
+                normals = r.extras["normals"]
             errors.append(sphere_errors(depth, normals, vm, K, skip_edge=True))
         depth_err, angles = (np.concatenate(e) for e in zip(*errors))
         psnr = evaluation.heldout_psnr(tr, *test)

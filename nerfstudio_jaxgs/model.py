@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Literal, Optional, Type
+from typing import ClassVar, Dict, List, Literal, Optional, Type
 
 import numpy as np
 import torch
@@ -22,17 +22,6 @@ from .errors import InputError
 NO_TORCH_LOSS = ("jax-gs computes its loss and metrics inside the compiled training block "
                  "(jax_backend.training.step), not from torch outputs: nerfstudio's per-batch loss path "
                  "(get_loss_dict, get_metrics_dict, get_eval_loss_dict) is not used by ns-train jax-gs")
-PREFIX = "jaxgs"  # state-dict keys: "jaxgs.train<name>" (whole training state) or "jaxgs.gaussians<name>"
-
-
-def checkpoint_entries(kind: str, arrays: dict, trained_steps: int, prefix: str = "") -> dict:
-    """The model's state-dict entries (torch tensors) for `arrays`: the whole training state
-    (`kind` "train", `jax_backend.training.checkpointing.state_arrays`) or the Gaussians alone
-    ("gaussians"), and the steps trained."""
-    out = {f"{prefix}{PREFIX}.{kind}{name}": to_torch(a).clone() for name, a in arrays.items()}
-    out[f"{prefix}{PREFIX}.trained_steps"] = torch.tensor(int(trained_steps))
-    return out
-
 
 @dataclass
 class JaxGSModelConfig(SplatfactoModelConfig):
@@ -108,9 +97,7 @@ class JaxGSModelConfig(SplatfactoModelConfig):
     With num-devices D: D replicas of this many devices each (num-devices x tile-devices devices)."""
     seed: int = 0
 
-    def surfels(self):
-        """The 2DGS settings (`jax_backend.SurfelConfig`) when the Gaussians are disks; None: 3DGS."""
-        return None
+    splats: ClassVar[str] = "3dgs"  # the kind of splat trained (`settings.splat_kind`); not a setting
 
 
 @dataclass
@@ -136,12 +123,18 @@ class Jax2DGSModelConfig(JaxGSModelConfig):
     normals_from: Literal["expected", "median"] = "expected"
     """The rendered depth the surface normals come from: the expected or the median depth."""
 
-    def surfels(self):
-        from jax_backend import SurfelConfig
+    splats: ClassVar[str] = "2dgs"
 
-        return SurfelConfig(normal_lambda=self.normal_lambda, normal_start=self.normal_start,
-                            distortion_lambda=self.distortion_lambda, distortion_start=self.distortion_start,
-                            depth_mode=self.normals_from)
+
+def _shown(name: str, image: np.ndarray, alpha: np.ndarray) -> torch.Tensor:
+    """A rendered image as the viewer shows it: normals (world space) as colours (n + 1) / 2
+    (nerfstudio's normals shader); a depth with the pixels nothing covers at the image's farthest
+    depth (as splatfacto)."""
+    if name == "normals":
+        image = (image + 1.0) / 2.0
+    elif (alpha > 0).any():  # depth, median_depth
+        image = np.where(alpha > 0, image, image.max())
+    return torch.from_numpy(np.ascontiguousarray(image, np.float32))
 
 
 class JaxGSModel(SplatfactoModel):
@@ -152,13 +145,13 @@ class JaxGSModel(SplatfactoModel):
         from torchmetrics.image import PeakSignalNoiseRatio, StructuralSimilarityIndexMeasure
 
         from .initial import initial_gaussians
+        from .settings import splat_kind
 
         scene_box = self.scene_box.aabb.cpu().numpy() if getattr(self, "scene_box", None) is not None else None
         # SplatfactoModel.__init__ keeps the dataparser's seed points in self.seed_points
         self.gaussians = initial_gaussians(self.config, getattr(self, "seed_points", None), scene_box)
+        self.splat_kind = splat_kind(self.config)  # what the renders draw (`jax_backend.SplatKind`)
         self.trained_steps = 0  # steps trained to reach `gaussians` (their SH degree)
-        self.loaded_training_state = None  # a checkpoint's whole training state, for an engine to resume
-        self.loaded_training_processes = 1  # the processes of the run that wrote it
         self._view_cache = None
         self._placed = None  # (the Gaussians, their copy on the render tile devices): `_render_gaussians`
         self.psnr = PeakSignalNoiseRatio(data_range=1.0)
@@ -218,10 +211,7 @@ class JaxGSModel(SplatfactoModel):
             from jax_backend import alive_first
 
             compact, n = alive_first(self.gaussians)
-            if self.config.surfels() is not None:  # disks: written as flat 3D Gaussians (third scale thin)
-                from jax_backend import as_surfels
-
-                compact = as_surfels(compact)
+            compact = self.splat_kind.exported(compact)  # 2DGS disks: flat 3D Gaussians (third scale thin)
             self._view_cache = {k: to_torch(v)[:n] for k, v in compact.items()}
             self._view_cache["_jax"] = compact  # keeps the buffers the views alias alive
         return self._view_cache
@@ -307,10 +297,9 @@ class JaxGSModel(SplatfactoModel):
 
     def render(self, camera, background=None) -> Dict[str, torch.Tensor]:
         """Render one nerfstudio camera: rgb [H,W,3], depth [H,W,1] (expected camera depth),
-        accumulation [H,W,1]; for 2DGS disks also normals [H,W,3] (world space, as colours (n + 1) / 2)
-        and median_depth [H,W,1] (the depth where the transmittance reaches 0.5)."""
-        from jax_backend import render_gaussians, render_surfels
-
+        accumulation [H,W,1], and the images the kind of splat shows (`SplatKind.shown`; 2DGS: normals
+        [H,W,3], world space, as colours (n + 1) / 2, and median_depth [H,W,1], the depth where the
+        transmittance reaches 0.5)."""
         problem = camera_model_problem(camera, 0, "the camera to render", rendering=True)
         if problem:
             raise InputError(problem)
@@ -326,38 +315,19 @@ class JaxGSModel(SplatfactoModel):
         if self.crop_box is not None:
             means = torch.from_numpy(np.asarray(self.gaussians.params["means"]))
             keep = self.crop_box.within(means).numpy()
-        surfels = self.config.surfels()
-        if surfels is not None and model != "pinhole":
-            raise InputError(f"this camera is drawn as a {model} camera; 2DGS (jax-2dgs) draws pinhole cameras only")
-        if surfels is not None:
-            out = render_surfels(self._render_gaussians(), vm[0], K[0], W, H, sh_degree=self._sh_degree_now(),
-                                 background=bg, rasterizer=self.config.rasterizer, keep=keep,
-                                 layout=self._render_layout, near_plane=surfels.near_plane,
-                                 depth_mode=surfels.depth_mode)
-            colors, alpha = np.concatenate([out["rgb"], out["depth"]], -1), out["accumulation"]
-        else:
-            colors, alpha = render_gaussians(self._render_gaussians(), vm[0], K[0], W, H,
-                                             sh_degree=self._sh_degree_now(), background=bg, render_mode="RGB+ED",
-                                             rasterizer=self.config.rasterizer,
-                                             rasterize_mode=self.config.rasterize_mode, keep=keep,
-                                             layout=self._render_layout, camera_model=model, distortion=distortion)
-        colors, alpha = colors[:h, :w], alpha[:h, :w]  # numpy: no program per size
-        depth = colors[..., 3:4]
-        if (alpha > 0).any():  # as splatfacto: pixels nothing covers at the image's farthest depth
-            depth = np.where(alpha > 0, depth, depth.max())
+        r = self.splat_kind.render(self._render_gaussians(), vm[0], K[0], W, H, sh_degree=self._sh_degree_now(),
+                                   background=bg, rasterizer=self.config.rasterizer,
+                                   rasterize_mode=self.config.rasterize_mode, keep=keep, layout=self._render_layout,
+                                   camera_model=model, distortion=distortion)
+        alpha = r.alpha[:h, :w]  # numpy: no program per size
         outputs = {
-            "rgb": torch.from_numpy(np.clip(colors[..., :3], 0.0, 1.0).copy()),
-            "depth": torch.from_numpy(np.ascontiguousarray(depth, np.float32)),
+            "rgb": torch.from_numpy(np.clip(r.rgb[:h, :w], 0.0, 1.0).copy()),
+            "depth": _shown("depth", r.depth[:h, :w], alpha),
             "accumulation": torch.from_numpy(alpha.copy()),
             "background": torch.from_numpy(bg.copy()),
         }
-        if surfels is not None:  # world-space normals shown as colours, (n + 1) / 2 (nerfstudio's normals shader)
-            outputs["normals"] = torch.from_numpy(np.ascontiguousarray((out["normals"][:h, :w] + 1.0) / 2.0,
-                                                                       np.float32))
-            median = out["median_depth"][:h, :w]
-            if (alpha > 0).any():
-                median = np.where(alpha > 0, median, median.max())
-            outputs["median_depth"] = torch.from_numpy(np.ascontiguousarray(median, np.float32))
+        for name in self.splat_kind.shown:  # the kind's own images (2DGS: normals, median depth)
+            outputs[name] = _shown(name, r.extras[name][:h, :w], alpha)
         return outputs
 
     def get_outputs(self, camera) -> Dict[str, torch.Tensor]:
@@ -399,28 +369,20 @@ class JaxGSModel(SplatfactoModel):
                 metrics["cc_lpips"] = float(self.lpips(g.clamp(0, 1), cc.clamp(0, 1)))
         return metrics, {"img": torch.cat([gt, pred], dim=1)}
 
-    # ------------------------------------------------------------------ checkpoints (torch tensors only)
+    # ------------------------------------------------------------------ checkpoints (`checkpoint.py`)
     def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False):
-        """The Gaussians shown (a training pipeline writes its engine's whole state instead:
-        `JaxGSPipeline.state_dict`)."""
-        from jax_backend import gaussians_arrays
+        """The Gaussians shown (`checkpoint.entries`; a training pipeline writes its engine's whole
+        state instead)."""
+        from .checkpoint import entries
 
         out = {} if destination is None else destination
-        out.update(checkpoint_entries("gaussians", gaussians_arrays(self.gaussians), self.trained_steps, prefix))
+        out.update(entries(self, prefix=prefix))
         return out
 
     def load_state_dict(self, state_dict, strict: bool = True, **kwargs):  # type: ignore[override]
-        from jax_backend import gaussians_from_arrays
+        """Show the Gaussians of a checkpoint's model entries (`checkpoint.read`; resuming a
+        training state is the pipeline's: `JaxGSPipeline.load_state_dict`)."""
+        from .checkpoint import read
 
-        tensors = {k[len(PREFIX) + 1:]: v for k, v in state_dict.items() if k.startswith(PREFIX + ".")}
-        if not tensors:
-            raise InputError("checkpoint has no jax-gs state (was it written by another method?)")
-        trained = tensors.pop("trained_steps", None)
-        self.loaded_training_processes = int(tensors.pop("processes", 1))
-        for kind in ("train", "gaussians"):
-            arrays = {k[len(kind):]: v.detach().cpu().numpy() for k, v in tensors.items() if k.startswith(kind)}
-            if arrays:
-                break
-        self.publish(gaussians_from_arrays(arrays, "checkpoint"), int(trained) if trained is not None else 0)
-        # a training state: the pipeline's engine resumes from it (`JaxGSPipeline.ensure_engine`)
-        self.loaded_training_state = arrays if kind == "train" else None
+        loaded = read(state_dict)
+        self.publish(loaded.gaussians, loaded.trained_steps)

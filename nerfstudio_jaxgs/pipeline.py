@@ -14,37 +14,30 @@ import torch
 
 from nerfstudio.pipelines.base_pipeline import VanillaPipeline, VanillaPipelineConfig
 
+from . import checkpoint
 from .cameras import camera_model, cameras_to_opencv, training_camera_model
 from .checks import check_scene, check_views
 from .errors import InputError, user_errors
 from .hooks import install_pipeline_hooks, keep_fisheye_images, no_prompts
-from .model import NO_TORCH_LOSS, PREFIX, checkpoint_entries
+from .model import NO_TORCH_LOSS
 from .settings import check_datamanager
 
 
-def build_engine(model, dataset, scene_extent: float, max_steps: int, optimizers=None, camera_model: str = "pinhole"):
+def build_engine(model, dataset, scene_extent: float, max_steps: int, optimizers=None, camera_model: str = "pinhole",
+                 resume=None):
     """The JAX trainer for `model`'s settings and Gaussians on the on-device `dataset` (its views
     drawn as `camera_model`), for a run ending at step `max_steps` (`optimizers`: nerfstudio's
-    `--optimizers` dict), resumed from the training state of a checkpoint the model loaded
-    (`loaded_training_state`), if any."""
-    import dataclasses
-
+    `--optimizers` dict), resumed from `resume` (a checkpoint's `checkpoint.Loaded` training
+    state) when given."""
     import jax
 
     from jax_backend import Trainer
-    from jax_backend.training import checkpointing
 
     from .settings import layout, train_config
 
     c = model.config
-    saved = model.loaded_training_processes
-    if model.loaded_training_state is not None and saved != jax.process_count():
-        raise InputError(f"the checkpoint was written by a run of {saved} process(es) and this run has "
-                         f"{jax.process_count()}: resume it with --machine.num-machines {saved} (each host's share of "
-                         f"the views follows the count), or start a new run from its Gaussians (ns-export "
-                         f"gaussian-splat, then --pipeline.model.init-ply)")
-    cfg = train_config(c, max_steps, model.num_train_data, optimizers, model.training_background())
-    cfg = dataclasses.replace(cfg, camera_model=camera_model)
+    cfg = train_config(c, max_steps=max_steps, num_train_data=model.num_train_data, optimizers=optimizers,
+                       data_background=model.data_background, camera_model=camera_model)
     try:  # the capacity grows on the host as density control needs it
         engine = Trainer(cfg, dataset, model.gaussians, scene_extent, log=print, layout=layout(c),
                          views_per_device=c.views_per_device)
@@ -57,8 +50,8 @@ def build_engine(model, dataset, scene_extent: float, max_steps: int, optimizers
     if engine.layout.tile_devices > 1:
         print(f"[jax-gs] each view's tiles dealt over {engine.layout.tile_devices} "
               f"{jax.default_backend().upper()} devices")
-    if model.loaded_training_state is not None:
-        checkpointing.load_state_arrays(engine, model.loaded_training_state, "checkpoint")
+    if resume is not None:
+        checkpoint.resume(engine, resume)
     return engine
 
 
@@ -94,6 +87,7 @@ class JaxGSPipeline(VanillaPipeline):
             super().__init__(config, *args, **kwargs)
         keep_fisheye_images(self.datamanager, self.model.config.fisheye)
         self.engine = None  # jax_backend.Trainer, built on first training use (`ensure_engine`)
+        self.resume_from = None  # a loaded checkpoint's training state (`checkpoint.Loaded`) until the engine is built
         test_mode = kwargs.get("test_mode", args[1] if len(args) > 1 else "val")
         if test_mode == "val":  # training: every image it will read, before any compute
             self._check_views(training=True)
@@ -179,8 +173,8 @@ class JaxGSPipeline(VanillaPipeline):
         if model == "fisheye":
             print(f"[jax-gs] training the {len(images)} fisheye views as fisheyes, on their whole frames "
                   f"(--pipeline.model.fisheye native)")
-        self.engine = build_engine(self.model, data, extent, max_steps, optimizers, model)
-        self.model.loaded_training_state = None  # in the engine now
+        self.engine = build_engine(self.model, data, extent, max_steps, optimizers, model, self.resume_from)
+        self.resume_from = None  # in the engine now
         self._publish()
         return self.engine
 
@@ -189,33 +183,31 @@ class JaxGSPipeline(VanillaPipeline):
         cameras = self.engine.cameras
         self.model.publish(self.engine.gaussians, self.engine.step, None if cameras is None else cameras.deltas)
 
+    # ------------------------------------------------------------------ checkpoints (`checkpoint.py`)
     def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False):
-        """nerfstudio's, with the engine's whole training state (Adam's moments, statistics, pose
-        corrections) in place of the model's Gaussians once training has built it (the model's own
-        entries are then not made: one host copy of the Gaussians per checkpoint, not two)."""
-        if self.engine is None:
-            return super().state_dict(*args, destination=destination, prefix=prefix, keep_vars=keep_vars)
-        from jax_backend.training import checkpointing
-
+        """nerfstudio's, with the model's entries from `checkpoint.entries`: the engine's whole
+        training state (Adam's moments, statistics, pose corrections) once training has built it,
+        else the Gaussians the model shows."""
         out = OrderedDict() if destination is None else destination
         self._save_to_state_dict(out, prefix, keep_vars)
         for name, child in self.named_children():
             if name != "_model":
                 child.state_dict(destination=out, prefix=f"{prefix}{name}.", keep_vars=keep_vars)
-        model_prefix = f"{prefix}_model."
-        out.update(checkpoint_entries("train", checkpointing.state_arrays(self.engine), self.engine.step,
-                                      model_prefix))
-        out[f"{model_prefix}{PREFIX}.processes"] = torch.tensor(self.engine.layout.processes)
+        out.update(checkpoint.entries(self.model, self.engine, prefix=f"{prefix}_model."))
         return out
 
     def load_state_dict(self, state_dict, strict=None):
-        """nerfstudio's; a training state loaded after the engine was built goes into the engine."""
-        super().load_state_dict(state_dict, strict=strict)
-        if self.engine is not None and self.model.loaded_training_state is not None:
-            from jax_backend.training import checkpointing
-
-            checkpointing.load_state_arrays(self.engine, self.model.loaded_training_state, "checkpoint")
-            self.model.loaded_training_state = None
+        """A checkpoint's state (`checkpoint.read`): the model shows its Gaussians, and a training
+        state goes into the engine (now, or when it is built: `ensure_engine`)."""
+        model = "_model."
+        loaded = checkpoint.read({k[len(model):]: v for k, v in state_dict.items() if k.startswith(model)})
+        torch.nn.Module.load_state_dict(self, {k: v for k, v in state_dict.items() if not k.startswith(model)},
+                                        strict=False)
+        self.model.publish(loaded.gaussians, loaded.trained_steps)
+        self.resume_from = loaded if loaded.training_state is not None else None
+        if self.engine is not None and self.resume_from is not None:
+            checkpoint.resume(self.engine, self.resume_from)
+            self.resume_from = None
             self._publish()
 
     def get_train_loss_dict(self, step: int):

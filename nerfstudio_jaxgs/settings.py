@@ -72,7 +72,7 @@ def check_supported(config) -> None:
     for name, why in UNSUPPORTED.items():
         if _changed(config, name):
             raise InputError(f"{_flag(name)} {getattr(config, name)}: {why}")
-    if config.surfels() is not None:
+    if config.splats == "2dgs":
         for name, (value, why) in SURFEL_UNSUPPORTED.items():
             if getattr(config, name) == value:
                 raise InputError(f"{_flag(name)} {value}: {why}")
@@ -208,9 +208,23 @@ def training_background(config, data_background=None):
     return tuple(data_background) if data_background is not None else "random"
 
 
-def train_config(config, max_steps: int, num_train_data: int, optimizers: dict, background):
-    """`jax_backend.TrainConfig` for a run ending at `max_steps`; `background`: the resolved
-    training background (see the model's `training_background`)."""
+def splat_kind(config):
+    """The `jax_backend.SplatKind` a model config trains and draws: 3D Gaussians, or 2DGS disks
+    with jax-2dgs's loss settings."""
+    from jax_backend import GAUSSIANS_3D, Surfels2D
+
+    if config.splats == "2dgs":
+        return Surfels2D(normal_lambda=config.normal_lambda, normal_start=config.normal_start,
+                         distortion_lambda=config.distortion_lambda, distortion_start=config.distortion_start,
+                         depth_mode=config.normals_from)
+    return GAUSSIANS_3D
+
+
+def train_config(config, *, max_steps: int, num_train_data: int, optimizers: dict, data_background=None,
+                 camera_model: str = "pinhole"):
+    """`jax_backend.TrainConfig` of a model config, in one pass: for a run ending at `max_steps` on
+    `num_train_data` views drawn as `camera_model`, with nerfstudio's `--optimizers` and the colour
+    the dataparser composites RGBA images on (`data_background`, None when it does not)."""
     from jax_backend import TrainConfig, make_strategy
 
     check_supported(config)
@@ -225,6 +239,7 @@ def train_config(config, max_steps: int, num_train_data: int, optimizers: dict, 
                        camera_opt=camera_opt_config(config.camera_optimizer, optimizers),
                        bilateral=bilateral_config(config, optimizers),
                        sh_degree=config.sh_degree, sh_degree_interval=config.sh_degree_interval,
-                       ssim_lambda=config.ssim_lambda, background=background, strategy=strat,
-                       num_downscales=config.num_downscales, resolution_schedule=config.resolution_schedule,
-                       optim=optim_config(optimizers), surfels=config.surfels(), seed=config.seed)
+                       ssim_lambda=config.ssim_lambda, background=training_background(config, data_background),
+                       strategy=strat, num_downscales=config.num_downscales,
+                       resolution_schedule=config.resolution_schedule, optim=optim_config(optimizers),
+                       splats=splat_kind(config), camera_model=camera_model, seed=config.seed)

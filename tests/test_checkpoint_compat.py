@@ -50,7 +50,8 @@ def test_old_plugin_state_dict_loads_for_viewing_and_for_training(scene):
     pytest.importorskip("nerfstudio")
     from nerfstudio.data.scene_box import SceneBox
 
-    from nerfstudio_jaxgs.model import JaxGSModelConfig, checkpoint_entries
+    from nerfstudio_jaxgs import checkpoint
+    from nerfstudio_jaxgs.model import JaxGSModelConfig
     from nerfstudio_jaxgs.pipeline import build_engine
 
     state = torch.load(DATA / "old_model_state.pt", weights_only=True)
@@ -67,14 +68,14 @@ def test_old_plugin_state_dict_loads_for_viewing_and_for_training(scene):
     assert viewer.num_points == int(np.load(DATA / "old_model_expected.npz")["alive"].sum())
 
     _, train, _ = scene
-    trainer = model()  # ns-train --load-dir: the engine is built after loading
-    trainer.load_state_dict(state)
-    engine = build_engine(trainer, train, 1.5, 100)
+    trainer = model()  # ns-train --load-dir: the engine is built after loading (`JaxGSPipeline.load_state_dict`)
+    loaded = checkpoint.read(state)
+    trainer.publish(loaded.gaussians, loaded.trained_steps)
+    engine = build_engine(trainer, train, 1.5, 100, resume=loaded)
     step = _assert_gaussians(engine.state.gaussians, DATA / "old_model_expected.npz")
     assert engine.step == step == 20
-    # and the state a training pipeline saves now (`JaxGSPipeline.state_dict`) loads back into the same place
+    # and the state a training pipeline saves now (`checkpoint.entries` of its engine) loads back into the same place
     again = model()
-    again.load_state_dict(checkpoint_entries("train", checkpointing.state_arrays(engine), engine.step))
-    engine_again = build_engine(again, train, 1.5, 100)
+    engine_again = build_engine(again, train, 1.5, 100, resume=checkpoint.read(checkpoint.entries(again, engine)))
     for a, b in zip(jax.tree_util.tree_leaves(engine_again.state), jax.tree_util.tree_leaves(engine.state)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

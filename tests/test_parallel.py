@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 
-from jax_backend import (DefaultStrategy, MCMCStrategy, OptimConfig, SurfelConfig, TrainConfig, Trainer, ViewPlan,
+from jax_backend import (GAUSSIANS_3D, DefaultStrategy, MCMCStrategy, OptimConfig, Surfels2D, TrainConfig, Trainer, ViewPlan,
                          init_random, make_layout)
 from synthetic import known_scene
 
@@ -17,13 +17,13 @@ def scene():
     return known_scene(views=16)
 
 
-def _pair(train, strategy, steps=30, surfels=None):
+def _pair(train, strategy, steps=30, splats=GAUSSIANS_3D):
     # Adam with the 3DGS eps of 1e-15 turns a gradient of pure rounding noise (1e-12) into a full
     # learning-rate step of random sign, so two summation orders of the same mean gradient drift
     # apart by ~lr per step in such entries. With eps 1e-6 those entries stay put and the
     # comparison measures the data-parallel math itself.
     cfg = TrainConfig(max_steps=200, steps_per_block=10, sh_degree=1, sh_degree_interval=10, strategy=strategy,
-                      optim=OptimConfig().with_eps(1e-6), surfels=surfels)
+                      optim=OptimConfig().with_eps(1e-6), splats=splats)
     g = init_random(256, -1, 1, sh_degree=1, capacity=1024)
     par = Trainer(cfg, train, g, scene_extent=1.5, layout=make_layout(replicas=4), views_per_device=1,
                   log=lambda m: None)
@@ -91,8 +91,8 @@ def test_2dgs_four_devices_equal_one_device_with_a_batch_of_four(scene):
     equals one device's over the same four views, and the replicas stay identical."""
     _, train, _ = scene
     strategy = DefaultStrategy(refine_start=0, refine_every=10, reset_every=10**6, grow_grad2d=0.0005)
-    surfels = SurfelConfig(normal_start=0, distortion_lambda=0.1, distortion_start=0)
-    par, one, mp, mo, ip, io = _pair(train, strategy, steps=20, surfels=surfels)
+    surfels = Surfels2D(normal_start=0, distortion_lambda=0.1, distortion_start=0)
+    par, one, mp, mo, ip, io = _pair(train, strategy, steps=20, splats=surfels)
     for a, b in zip(mp, mo):
         np.testing.assert_array_equal(a["view"], b["view"])
         np.testing.assert_allclose(a["loss"], b["loss"], rtol=3e-5, atol=1e-7)

@@ -32,10 +32,10 @@ def test_settings_2dgs_cannot_honour_stop_the_run_naming_them(setting, value, wo
     from nerfstudio_jaxgs.model import Jax2DGSModelConfig
     from nerfstudio_jaxgs.settings import train_config
 
-    cfg = train_config(Jax2DGSModelConfig(), 100, 4, None, "black")
-    assert cfg.surfels is not None and cfg.surfels.normal_lambda == 0.05 and cfg.surfels.normal_start == 7000
+    cfg = train_config(Jax2DGSModelConfig(), max_steps=100, num_train_data=4, optimizers=None)
+    assert cfg.splats.name == "2dgs" and cfg.splats.normal_lambda == 0.05 and cfg.splats.normal_start == 7000
     with pytest.raises(InputError, match=re.escape(words)):
-        train_config(Jax2DGSModelConfig(**{setting: value}), 100, 4, None, "black")
+        train_config(Jax2DGSModelConfig(**{setting: value}), max_steps=100, num_train_data=4, optimizers=None)
 
 
 def test_tsdf_renders_are_ray_distances_and_uncovered_pixels_are_free_space():

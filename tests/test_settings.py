@@ -23,7 +23,8 @@ NUM_TRAIN = 10
 
 def _backend_inputs(cfg, data_background=None):
     """Everything the backend receives from a model config."""
-    return (train_config(cfg, 1000, NUM_TRAIN, OPTIMIZERS, training_background(cfg, data_background)),
+    return (train_config(cfg, max_steps=1000, num_train_data=NUM_TRAIN, optimizers=OPTIMIZERS,
+                         data_background=data_background),
             init_settings(cfg))
 
 
@@ -88,7 +89,7 @@ def test_no_inherited_setting_is_ignored(field, strategy):
 def test_the_settings_map_to_splatfacto_s_meaning():
     cfg = JaxGSModelConfig(warmup_length=300, refine_every=50, reset_alpha_every=20, densify_grad_thresh=0.001,
                            use_absgrad=False, cull_alpha_thresh=0.02, stop_split_at=9000, n_split_samples=3)
-    s = train_config(cfg, 1000, NUM_TRAIN, OPTIMIZERS, "black").strategy
+    s = train_config(cfg, max_steps=1000, num_train_data=NUM_TRAIN, optimizers=OPTIMIZERS).strategy
     assert (s.refine_start, s.refine_every, s.reset_every, s.grow_grad2d, s.absgrad, s.prune_opa, s.refine_stop,
             s.n_split_samples, s.pause_after_reset) == (300, 50, 1000, 0.001, False, 0.02, 9000, 3, NUM_TRAIN + 50)
 
@@ -182,7 +183,7 @@ def test_presets():
             assert ours.optimizers[group]["optimizer"].lr == method_configs[theirs].optimizers[group]["optimizer"].lr, \
                 (theirs, group)
     assert OPTIMIZERS["bilateral_grid"]["optimizer"].lr == 2e-3  # the big preset changed a copy
-    s = train_config(mcmc.pipeline.model, 1000, NUM_TRAIN, OPTIMIZERS, "black").strategy
+    s = train_config(mcmc.pipeline.model, max_steps=1000, num_train_data=NUM_TRAIN, optimizers=OPTIMIZERS).strategy
     assert type(s).__name__ == "MCMCStrategy" and s.budget == 1_000_000 and s.min_opacity == 0.005
 
 
@@ -241,10 +242,10 @@ def test_newer_splatfactos_mcmc_names_drive_the_mcmc_strategy():
     each stops the run naming it."""
     mcmc = jax_gs_mcmc_method.config.pipeline.model
     cfg = dataclasses.replace(mcmc, max_gs_num=250_000, noise_lr=1e5, mcmc_opacity_reg=0.02, mcmc_scale_reg=0.03)
-    s = train_config(cfg, 1000, NUM_TRAIN, OPTIMIZERS, "black").strategy
+    s = train_config(cfg, max_steps=1000, num_train_data=NUM_TRAIN, optimizers=OPTIMIZERS).strategy
     assert (s.budget, s.noise_lr, s.opacity_reg, s.scale_reg) == (250_000, 1e5, 0.02, 0.03)
-    assert train_config(mcmc, 1000, NUM_TRAIN, OPTIMIZERS, "black").strategy.budget == 1_000_000  # preset's
+    assert train_config(mcmc, max_steps=1000, num_train_data=NUM_TRAIN, optimizers=OPTIMIZERS).strategy.budget == 1_000_000  # preset's
     for name, value in (("max_gs_num", 5000), ("noise_lr", 1.0), ("mcmc_opacity_reg", 0.5), ("mcmc_scale_reg", 0.5)):
         with pytest.raises(InputError, match=f"--pipeline.model.{name.replace('_', '-')} {value}: only the MCMC"):
-            train_config(JaxGSModelConfig(**{name: value}), 1000, NUM_TRAIN, OPTIMIZERS, "black")
+            train_config(JaxGSModelConfig(**{name: value}), max_steps=1000, num_train_data=NUM_TRAIN, optimizers=OPTIMIZERS)
 

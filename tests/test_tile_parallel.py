@@ -185,7 +185,7 @@ def test_eager_dealt_render_takes_arrays_committed_to_one_device():
 
     _, train, _ = known_scene(views=2)
     g = jax.device_put(init_random(256, -1, 1, sh_degree=1, capacity=512), jax.local_devices()[0])
-    kw = dict(sh_degree=1, render_mode="RGB")
+    kw = dict(sh_degree=1, depth=False)
     one = render_gaussians(g, train.viewmats[0], train.Ks[0], train.width, train.height,
                            layout=make_layout(tile_devices=1), **kw)
     two = render_gaussians(g, train.viewmats[0], train.Ks[0], train.width, train.height,

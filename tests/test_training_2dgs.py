@@ -1,4 +1,4 @@
-"""Training 2D Gaussian Splatting (`jax_backend.training.surfels`, TrainConfig.surfels): the loss
+"""Training 2D Gaussian Splatting (`jax_backend.training.surfels`, TrainConfig.splats): the loss
 terms on their own, the disks' third scale, the settings 2DGS refuses, and training on a sphere
 whose true depth and normals are known in closed form (`synthetic.sphere_geometry`)."""
 import math
@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jax_backend import (DefaultStrategy, MCMCStrategy, SurfelConfig, TrainConfig, Trainer, UserFacingError,
+from jax_backend import (DefaultStrategy, MCMCStrategy, Surfels2D, TrainConfig, Trainer, UserFacingError,
                          as_surfels, init_random, render_surfels)
 from jax_backend.training import evaluation
 from jax_backend.training.surfels import SURFEL_THICKNESS, geometry_loss, geometry_terms
@@ -32,7 +32,7 @@ def test_geometry_terms_and_their_start_steps():
     np.testing.assert_allclose(distortion, np.mean(distort[..., 0][mask]), rtol=1e-5)
     opposite, _ = geometry_terms(alpha, n, -n, distort)
     np.testing.assert_allclose(opposite, np.mean(1.0 + alpha), rtol=1e-5)
-    cfg = SurfelConfig(normal_lambda=0.05, normal_start=100, distortion_lambda=2.0, distortion_start=50)
+    cfg = Surfels2D(normal_lambda=0.05, normal_start=100, distortion_lambda=2.0, distortion_start=50)
     assert float(geometry_loss(cfg, 49, 0.5, 0.25)) == 0.0
     np.testing.assert_allclose(geometry_loss(cfg, 50, 0.5, 0.25), 0.5, rtol=1e-6)
     np.testing.assert_allclose(geometry_loss(cfg, 100, 0.5, 0.25), 0.5 + 0.025, rtol=1e-6)
@@ -49,7 +49,7 @@ def _trainer(train, steps, surfels, strategy=None, capacity=2048):
     strategy = strategy or DefaultStrategy(refine_start=100, refine_stop=steps * 3 // 4, refine_every=100,
                                            reset_every=10**6)
     cfg = TrainConfig(max_steps=steps, steps_per_block=50, sh_degree=0, background="black", strategy=strategy,
-                      surfels=surfels)
+                      splats=surfels)
     return Trainer(cfg, train, init_random(256, -1, 1, sh_degree=0, capacity=capacity), scene_extent=1.5,
                    log=lambda *a: None)
 
@@ -61,7 +61,7 @@ def test_the_third_scale_is_not_trained(scene, strategy):
     train, _ = scene
     strat = (DefaultStrategy(refine_start=10**6) if strategy == "default"
              else MCMCStrategy(budget=256, refine_start=10**6, noise_lr=5e5))
-    tr = _trainer(train, 100, SurfelConfig(), strat, capacity=256)
+    tr = _trainer(train, 100, Surfels2D(), strat, capacity=256)
     start = np.asarray(tr.gaussians.params["scales"])
     np.testing.assert_allclose(np.exp(start[:, 2]), SURFEL_THICKNESS * np.exp(start[:, :2].min(1)), rtol=1e-5)
     tr.train(50)
@@ -76,17 +76,17 @@ def test_the_third_scale_is_not_trained(scene, strategy):
 ])
 def test_settings_2dgs_cannot_train_with_stop_it_with_one_line(scene, setting, value, words):
     train, _ = scene
-    cfg = TrainConfig(max_steps=10, surfels=SurfelConfig(), **{setting: value})
+    cfg = TrainConfig(max_steps=10, splats=Surfels2D(), **{setting: value})
     with pytest.raises(UserFacingError, match=words):
         Trainer(cfg, train, init_random(16, -1, 1, sh_degree=3), scene_extent=1.5)
     with pytest.raises(UserFacingError, match="depth_mode"):
-        Trainer(TrainConfig(surfels=SurfelConfig(depth_mode="mean")), train, init_random(16, -1, 1), scene_extent=1.5)
+        Trainer(TrainConfig(splats=Surfels2D(depth_mode="mean")), train, init_random(16, -1, 1), scene_extent=1.5)
 
 
 def _geometry_errors(trainer, test):
     """Median absolute depth error and median normal angle (degrees) over the pixels the sphere
     covers in the held-out views, against the closed form."""
-    errors = [sphere_errors(out["depth"][..., 0], out["normals"], vm, K)
+    errors = [sphere_errors(out.depth[..., 0], out.extras["normals"], vm, K)
               for out, vm, K in ((render_surfels(trainer.gaussians, vm, K, 64, 48, sh_degree=0), vm, K)
                                  for _, vm, K in zip(*test))]
     return tuple(float(np.median(np.concatenate(e))) for e in zip(*errors))
@@ -98,7 +98,7 @@ def test_surfels_learn_the_sphere_surface(scene):
     dB from 11.9 (the tile dealing's summation order changes the run), median depth error 0.02 of
     the 0.8 radius, median normal angle 11 degrees)."""
     train, test = scene
-    tr = _trainer(train, 1000, SurfelConfig(normal_start=333))
+    tr = _trainer(train, 1000, Surfels2D(normal_start=333))
     before = evaluation.heldout_psnr(tr, *test)
     tr.train()
     after = evaluation.heldout_psnr(tr, *test)
@@ -116,7 +116,7 @@ def test_normal_consistency_straightens_the_normals(scene):
     train, test = scene
     runs = {}
     for weight in (0.0, 0.05):
-        tr = _trainer(train, 1000, SurfelConfig(normal_lambda=weight, normal_start=333))
+        tr = _trainer(train, 1000, Surfels2D(normal_lambda=weight, normal_start=333))
         tr.train()
         runs[weight] = (_geometry_errors(tr, test)[1], evaluation.heldout_psnr(tr, *test))
     assert runs[0.05][0] < runs[0.0][0] - 2.0, runs

@@ -10,7 +10,6 @@ from ..files.fileio import AsyncWriter, atomic_write, png_bytes
 from ..files.ply import write_ply
 from . import evaluation
 from .schedule import crossed
-from .surfels import as_surfels
 
 
 class Snapshots:
@@ -44,10 +43,10 @@ class Snapshots:
         else:
             camera = self.camera
         viewmat, K, width, height, *distortion = camera
-        preview, _ = evaluation.render(trainer, viewmat, K, width, height, background=self.background, render_mode="RGB",
-                                       distortion=distortion[0] if distortion else None)
+        preview = evaluation.render(trainer, viewmat, K, width, height, background=self.background, depth=False,
+                                    distortion=distortion[0] if distortion else None).rgb
         g = trainer.gaussians
-        params = g.params if trainer.cfg.surfels is None else as_surfels(g.params)  # disks: flat 3D Gaussians
+        params = trainer.cfg.splats.exported(g.params)
         self.writer.submit(_write_snapshot, self.out_dir, trainer.step, params, g.alive, preview)
 
     def check(self):

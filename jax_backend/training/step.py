@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Optional, Tuple, Union
+from typing import Tuple, Union
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +12,6 @@ import optax
 
 from .. import array_ops
 from ..layout import Layout
-from ..rendering import traced_rasterization, traced_rasterization_2dgs
 from .data import Dataset, ViewPlan, downscale_views
 from .gaussians import Gaussians, activated
 from .bilateral import BilateralGridConfig
@@ -25,7 +24,7 @@ from .schedule import sh_degree_at
 from .state import TrainState
 from .strategy import DefaultStrategy, RefineInfo, Strategy
 from .strategy.ops import rows_to_split
-from .surfels import SurfelConfig, as_surfels, geometry_loss, geometry_terms, third_scale_fixed
+from .splat_kind import GAUSSIANS_3D, SplatKind
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,7 @@ class TrainConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     camera_opt: CameraOptConfig = field(default_factory=CameraOptConfig)  # pose corrections (`cameras.py`)
     bilateral: BilateralGridConfig = field(default_factory=BilateralGridConfig)  # appearance (`bilateral.py`)
-    surfels: Optional[SurfelConfig] = None  # set: the Gaussians are 2DGS disks (`surfels.py`)
+    splats: SplatKind = GAUSSIANS_3D  # the kind of splat trained (`splat_kind`: 3D Gaussians or 2DGS disks)
     seed: int = 0
 
     @property
@@ -102,7 +101,7 @@ def regularization(cfg: TrainConfig, params, alive, step):
     regularisation every 10th step when max_gauss_ratio > 0."""
     reg = cfg.strategy.regularizer(params, alive)
     if cfg.max_gauss_ratio > 0:
-        drawn = params["scales"][:, :2] if cfg.surfels else params["scales"]  # a disk's third scale is not drawn
+        drawn = cfg.splats.drawn_scales(params["scales"])
         reg = reg + jnp.where(step % 10 == 0, scale_regularization(drawn, alive, cfg.max_gauss_ratio), 0.0)
     return reg
 
@@ -139,22 +138,13 @@ def placed(layout: Layout, tx, state: TrainState) -> TrainState:
 def rendered_views(cfg: TrainConfig, layout: Layout, isect_capacity: int, params, alive, viewmats, Ks, width: int,
                    height: int, backgrounds, probe, distortion, masks, step):
     """A step's renders of its views [B, H, W, 3], the render's meta, and the loss terms on the
-    renders' geometry: 0 for 3D Gaussians; for 2DGS disks (`cfg.surfels`) the normal consistency
-    and depth distortion (`surfels.geometry_terms`), averaged over the views and weighted."""
-    common = dict(backgrounds=backgrounds, sh_degree=sh_degree_at(step, cfg.sh_degree_interval, cfg.sh_degree),
-                  rasterizer=cfg.rasterizer, isect_capacity=isect_capacity, means2d_probe=probe,
-                  absgrad=cfg.strategy.absgrad, layout=layout)
-    if cfg.surfels is None:
-        renders, _, meta = traced_rasterization(*activated(params, alive), viewmats, Ks, width, height,
-                                                rasterize_mode=cfg.rasterize_mode, camera_model=cfg.camera_model,
-                                                distortion=distortion, **common)
-        return renders, meta, 0.0
-    s = cfg.surfels
-    renders, alphas, normals, surf, distort, _, meta = traced_rasterization_2dgs(
-        *activated(params, alive), viewmats, Ks, width, height, near_plane=s.near_plane, depth_mode=s.depth_mode,
-        **common)
-    consistency, depth_distortion = jax.vmap(geometry_terms)(alphas, normals, surf, distort, masks)
-    return renders, meta, geometry_loss(s, step, jnp.mean(consistency), jnp.mean(depth_distortion))
+    renders' geometry (`SplatKind.rendered_views`: none for 3D Gaussians, 2DGS's normal consistency
+    and depth distortion)."""
+    return cfg.splats.rendered_views(cfg, activated(params, alive), viewmats, Ks, width, height, distortion, masks,
+                                     step, backgrounds=backgrounds,
+                                     sh_degree=sh_degree_at(step, cfg.sh_degree_interval, cfg.sh_degree),
+                                     rasterizer=cfg.rasterizer, isect_capacity=isect_capacity, means2d_probe=probe,
+                                     absgrad=cfg.strategy.absgrad, layout=layout)
 
 
 def train_step(cfg: TrainConfig, opt: Optimizers, layout: Layout, isect_capacity: int, downscale: int, plan: ViewPlan,
@@ -175,7 +165,7 @@ def train_step(cfg: TrainConfig, opt: Optimizers, layout: Layout, isect_capacity
     targets = step_targets(images, bgs)
 
     def loss_fn(params, probe, learned):
-        params = third_scale_fixed(params) if cfg.surfels is not None else params
+        params = cfg.splats.in_loss(params)
         viewmats = corrected_viewmats(fixes, learned, views, data.viewmats[views])
         renders, meta, geometry = rendered_views(cfg, layout, isect_capacity, params, g.alive, viewmats, Ks, width,
                                                  height, bgs, probe, data.distortions[views], masks, state.step)
@@ -225,10 +215,9 @@ def train_block(cfg: TrainConfig, opt: Optimizers, layout: Layout, scene_extent:
 
 def init_state(cfg: TrainConfig, opt: Optimizers, gaussians: Gaussians, num_views: int = 0) -> TrainState:
     """The state before the first step: fresh optimizer state and statistics, step 0, and the
-    enabled per-view corrections at their start for `num_views` training views; 2DGS disks
-    (`cfg.surfels`) with their third scale thin (`surfels.as_surfels`)."""
-    if cfg.surfels is not None:
-        gaussians = Gaussians(as_surfels(gaussians.params), gaussians.alive)
+    enabled per-view corrections at their start for `num_views` training views; the parameters as
+    the kind of splat starts from them (`SplatKind.started`: 2DGS disks with their third scale thin)."""
+    gaussians = Gaussians(cfg.splats.started(gaussians.params), gaussians.alive)
     return TrainState(
         gaussians=gaussians,
         opt_state=opt.gaussians.init(gaussians.params),

@@ -1,9 +1,10 @@
 """Training 2D Gaussian Splatting (Huang et al., SIGGRAPH 2024): what changes when the Gaussians
-are disks (`rendering.rasterization_surfel`) rather than 3D Gaussians.
+are disks (`rendering.rasterization_surfel`) rather than 3D Gaussians: the math. The kind of
+splat the engine asks, with 2DGS's settings, is `splat_kind.Surfels2D`.
 
 - The parameters keep 3DGS's layout: a disk is a Gaussian whose third scale the rasterizer ignores.
   `as_surfels` sets that third scale to `SURFEL_THICKNESS` of the smaller drawn one when training
-  starts (`step.init_state`) and when the disks are exported; in between no loss term trains it
+  starts (`Surfels2D.started`) and when the disks are exported; in between no loss term trains it
   (`third_scale_fixed`: the strategies' regularisers would), so Adam leaves it, and splits shrink
   it with the others. The density control's splits and MCMC's
   noise, which sample in the Gaussian's own frame, so stay in the disk's plane, and a 3DGS viewer
@@ -20,44 +21,12 @@ are disks (`rendering.rasterization_surfel`) rather than 3D Gaussians.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-
 import jax
 import jax.numpy as jnp
 
-from ..errors import UserFacingError
-from ..rendering.rasterization_surfel import DEPTH_MODES
 from .loss import masked_mean
 
 SURFEL_THICKNESS = 1e-3  # a disk's third scale, as a fraction of its smaller drawn one
-
-
-@dataclass(frozen=True)
-class SurfelConfig:
-    """2DGS's training settings (the paper's weights and start steps by default)."""
-
-    normal_lambda: float = 0.05
-    normal_start: int = 7000
-    distortion_lambda: float = 0.0  # off, as the paper's code by default (docs/2dgs.md: measured)
-    distortion_start: int = 3000
-    depth_mode: str = "expected"  # the depth the surface normals come from: "expected" or "median"
-    near_plane: float = 0.01  # hits nearer than this are not drawn
-
-    def check(self, camera_model: str, rasterize_mode: str) -> None:
-        """UserFacingError naming a setting 2DGS cannot train with."""
-        if self.depth_mode not in DEPTH_MODES:
-            raise UserFacingError(f"2DGS depth_mode must be one of {DEPTH_MODES}, got {self.depth_mode!r}")
-        for name in ("normal_lambda", "distortion_lambda", "normal_start", "distortion_start"):
-            if not getattr(self, name) >= 0:
-                raise UserFacingError(f"2DGS {name} must be >= 0, got {getattr(self, name)!r}")
-        if not self.near_plane > 0:
-            raise UserFacingError(f"2DGS near_plane must be > 0, got {self.near_plane!r}")
-        if camera_model != "pinhole":
-            raise UserFacingError(f"2DGS draws pinhole cameras only (a {camera_model} camera's rays do not meet a "
-                                  "disk through one projective map): undistort the images first")
-        if rasterize_mode != "classic":
-            raise UserFacingError(f"2DGS has no {rasterize_mode!r} rasterize mode: its screen-space low pass "
-                                  "already bounds each disk's footprint (use rasterize_mode 'classic')")
 
 
 def as_surfels(params: dict) -> dict:
@@ -88,8 +57,9 @@ def geometry_terms(alpha, normals, surf_normals, distort, mask=None):
     return consistency, distortion
 
 
-def geometry_loss(cfg: SurfelConfig, step, consistency, distortion):
-    """The weighted terms at `step` (each weighted from its start step on; 0 before)."""
+def geometry_loss(cfg, step, consistency, distortion):
+    """The weighted terms at `step` (each weighted from its start step on; 0 before); `cfg`: the
+    weights and start steps (`splat_kind.Surfels2D`)."""
     w_n = jnp.where(step >= cfg.normal_start, cfg.normal_lambda, 0.0)
     w_d = jnp.where(step >= cfg.distortion_start, cfg.distortion_lambda, 0.0)
     return w_n * consistency + w_d * distortion

@@ -14,7 +14,7 @@ from jax.sharding import PartitionSpec as P
 
 from ..errors import UserFacingError
 from ..layout import REPLICA_AXIS, Layout, make_layout
-from ..rendering import count_intersections, count_intersections_2dgs, isect_buffer, next_pow2
+from ..rendering import isect_buffer, next_pow2
 from .corrections import corrected_viewmats, values_of
 from .data import Dataset, ViewPlan, downscaled_cameras
 from .gaussians import Gaussians, activated
@@ -97,8 +97,7 @@ class Trainer:
             views per step (`views_per_step`).
         """
         self.layout = layout = layout if layout is not None else make_layout()
-        if cfg.surfels is not None:
-            cfg.surfels.check(cfg.camera_model, cfg.rasterize_mode)
+        cfg.splats.check(cfg.camera_model, cfg.rasterize_mode)
         if cfg.corrections and layout.processes > 1:
             raise ValueError("camera pose optimisation and bilateral grids are not available with several processes "
                              "(each holds its own views): run them on one host")
@@ -180,16 +179,10 @@ class Trainer:
         """`isect_buffer.ahead` of what the training views need now, at the resolution the block
         trains at."""
         g = self.gaussians
-        means, quats, scales, opacities, _ = activated(g.params, g.alive)
         Ks, width, height = downscaled_cameras(self.data.Ks, self.data.width, self.data.height,
                                                self.cfg.downscale_at(self.step))
-        if self.cfg.surfels is not None:
-            counts = count_intersections_2dgs(means, quats, scales, opacities, self.training_viewmats(), Ks, width,
-                                              height, near_plane=self.cfg.surfels.near_plane)
-        else:
-            counts = count_intersections(means, quats, scales, opacities, self.training_viewmats(), Ks, width, height,
-                                         rasterize_mode=self.cfg.rasterize_mode, camera_model=self.cfg.camera_model,
-                                         distortion=self.data.distortions)
+        counts = self.cfg.splats.count_intersections(self.cfg, activated(g.params, g.alive), self.training_viewmats(),
+                                                     Ks, width, height, self.data.distortions)
         return isect_buffer.ahead(counts)
 
     def size_buffer_ahead(self):
