@@ -44,6 +44,7 @@ _EXPORTS = {
     "topology_devices": "devices",
     "share_gpu_memory": "devices",
     "use_cpu_cores": "devices",
+    "skip_absent_accelerators": "devices",
     "Dataset": "training.data",
     "ViewPlan": "training.data",
     "make_dataset": "training.data",

@@ -1,9 +1,9 @@
 """Array operations written so that they compile quickly for every backend, TPU included.
 
 Compiling for a TPU, a prefix sum or maximum over 2^20 elements (`jnp.cumsum`, `lax.cummax`) and
-an integer division by a traced divisor take tens of seconds; a prefix within blocks of `BLOCK`
-and one over the blocks' totals, and a float32 division with one correction step, take about a
-second (measured with `benchmarks/accelerator_compile.py`: docs/tpu.md). On a CPU both forms
+an integer division by a traced divisor are slow to compile; a prefix within blocks of `BLOCK`
+and one over the blocks' totals, and a float32 division with one correction step, are fast
+(figure: tpu-prefix, benchmarks/results/library_figures.md; docs/tpu.md). On a CPU both forms
 compile and run alike. Everything in `jax_backend` that takes a long prefix
 or divides by a traced integer uses these.
 """
@@ -67,8 +67,8 @@ def run_starts(sorted_keys, num_keys: int):
     The first slot of each run of equal keys is scattered to its key (distinct indices; the other
     slots to distinct places past the end, dropped), and a reverse prefix minimum gives the keys
     that do not occur the start of the next one. No loop: `searchsorted` is a while loop of
-    log2(M) steps, and on a GPU every step is a kernel launch; on this CPU the two take 0.3 and
-    0.6 ms for 2^18 keys (measured)."""
+    log2(M) steps, and on a GPU every step is a kernel launch (figure: run-starts,
+    benchmarks/results/library_figures.md)."""
     m = sorted_keys.shape[0]
     slot = jnp.arange(m, dtype=jnp.int32)
     first = jnp.concatenate([jnp.ones((1,), bool), sorted_keys[1:] != sorted_keys[:-1]])
@@ -93,8 +93,8 @@ def where_tree(pred, on_true, on_false):
     """`on_true` where the scalar `pred` holds, else `on_false`, leaf by leaf: a select instead of a
     `lax.cond` for per-Gaussian arrays whose both values are at hand. On a TPU a cond's outputs
     take row-major layouts, in which small trailing axes ([N, 3], [N, 15, 3]) are padded to 128
-    lanes: density control's cond over the grown state asked for 3.1 GB of temporaries at 131,072
-    slots, its select 0.55 GB (measured for v5e, `benchmarks/accelerator_compile.py`)."""
+    lanes: density control's cond over the grown state asked for several times the temporaries of
+    its select (figure: select-not-cond, benchmarks/results/library_figures.md)."""
     return jax.tree_util.tree_map(lambda a, b: jnp.where(pred, a, b), on_true, on_false)
 
 
@@ -104,8 +104,8 @@ def radix_sort(keys, bits: int, values=None):
     whose bit is 0 before those whose bit is 1, keeping their order (one prefix sum gives every
     key's place), one `fori_loop` body for all `bits` passes.
 
-    For TPU: XLA's sort of 2^17-2^20 keys compiles for 25-34 s for a v6e (11 s for a v5e), this in
-    a few seconds (measured, `benchmarks/accelerator_compile.py`); on a CPU `lax.sort` is faster to run.
+    For TPU: XLA's sort of 2^17-2^20 keys is slow to compile for a TPU, this one fast; on a CPU
+    `lax.sort` is faster to run (figure: tpu-radix, benchmarks/results/library_figures.md).
     """
     keys = jnp.asarray(keys).astype(jnp.uint32)
     n = keys.shape[0]
@@ -130,9 +130,9 @@ def per_platform(*args, tpu, default):
     """`tpu(*args)` in a program lowered for a TPU, `default(*args)` elsewhere, for two ways of
     computing the same values (`jax.lax.platform_dependent`: JAX picks the branch when it lowers
     for a platform, and the compiler sees that branch alone). The sorts use it: a radix sort on
-    TPU, where XLA's sort of 2^17-2^20 keys compiles for 11 s (v5e) to 25-41 s (v6e) each and the
-    radix sort in 2-4 s, and 64-bit keys (`sort_pairs`) are emulated; elsewhere `lax.sort`, which
-    runs faster (5x on this CPU)."""
+    TPU, where XLA's sort of 2^17-2^20 keys is slow to compile and the radix sort fast, and 64-bit
+    keys (`sort_pairs`) are emulated; elsewhere `lax.sort`, which runs faster (figure: tpu-radix,
+    benchmarks/results/library_figures.md)."""
     return jax.lax.platform_dependent(*args, tpu=tpu, default=default)
 
 
@@ -148,8 +148,8 @@ def sort_pairs(hi, lo):
     """u32 pairs sorted by (hi, lo): one sort of the 64-bit keys hi << 32 | lo.
 
     A sort of one operand takes XLA's fast path; the same order from a two-operand sort (a key and
-    a payload, as `jnp.argsort`) took 5-6x as long on this CPU (262,144: 58-68 against 11 ms;
-    32,768: 7.1 against 1.2 ms, measured). The 64-bit keys exist only inside this function.
+    a payload, as `jnp.argsort`) took several times as long on a CPU (figure: one-operand-sort,
+    benchmarks/results/library_figures.md). The 64-bit keys exist only inside this function.
     """
     with jax.enable_x64(True):
         key = jax.lax.sort((hi.astype(jnp.uint64) << jnp.uint64(32)) | lo.astype(jnp.uint64))

@@ -68,3 +68,32 @@ def share_gpu_memory() -> dict:
         return {}
     os.environ.update(GPU_ALLOCATOR_SHARED)
     return dict(GPU_ALLOCATOR_SHARED)
+
+
+# -- accelerators this host does not have
+# device nodes an accelerator's driver makes: NVIDIA GPUs (and WSL's GPU bridge); TPUs (v2-v4 and v5p
+# as /dev/accel*, v5e and v6e through VFIO)
+ACCELERATOR_NODES = ("/dev/nvidia[0-9]*", "/dev/dxg", "/dev/accel*", "/dev/vfio/[0-9]*")
+
+
+def skip_absent_accelerators() -> bool:
+    """On a host with no GPU or TPU device, have JAX start its CPU backend only (`jax_platforms`
+    "cpu"), so that the CUDA and TPU plugins the `[gpu]` and `[tpu]` extras install are not
+    initialised: with no device to find they print a traceback (CUDA) and hostname warnings (libtpu)
+    at every start. Must run before JAX starts its backends; changes nothing when the user set
+    JAX_PLATFORMS (or `jax_platforms`), when the backends have started, or when any
+    `ACCELERATOR_NODES` device exists (JAX then finds its devices as usual).
+
+    Returns:
+      whether JAX was restricted to the CPU.
+    """
+    import glob
+
+    from jax._src import xla_bridge
+
+    if os.environ.get("JAX_PLATFORMS") or jax.config.jax_platforms or xla_bridge.backends_are_initialized():
+        return False
+    if any(glob.glob(pattern) for pattern in ACCELERATOR_NODES):
+        return False
+    jax.config.update("jax_platforms", "cpu")
+    return True

@@ -1,14 +1,25 @@
 """Every change jax-gs makes to nerfstudio or to the process, in one place. Each is installed once
-(installing it again changes nothing) and says why; nothing else in the plugin patches anything.
+(installing it again changes nothing), says why, and acts on jax-gs's runs alone; nothing else in
+the plugin patches anything.
+
+A jax-gs run (`jaxgs_run`): a process that built a jax-gs pipeline, or whose command line names a
+jax-gs method (`ns-train jax-gs ...`) or a `--load-config` of a jax-gs run (its method folder,
+`outputs/SCENE/jax-gs/TIMESTAMP/config.yml`, read when the file is missing).
 
 At the import of the method config (`config.py`: every ns-* command imports it, whichever method):
-- `sys.excepthook` (`install_excepthook`): an InputError, a jax_backend error meant for users, a
-  missing `--load-config` or a checkpoint torch cannot read is printed as one line
-  (`jax-gs: error: ...`, the wording in `errors.one_line`); anything else goes to the hook that
-  was there before. Installed at import so that a bad `--load-config` is one line too.
+- `sys.excepthook` (`install_excepthook`): in a jax-gs run, an InputError, a jax_backend error
+  meant for users, a missing `--load-config`, a full disk or a checkpoint torch cannot read is
+  printed as one line (`jax-gs: error: ...`, the wording in `errors.one_line`); anything else, and
+  every error of another method's run (splatfacto's, nerfacto's), goes to the hook that was there
+  before. Installed at import so that a bad `--load-config` of a jax-gs run is one line too.
 
 When a jax-gs pipeline is built (`install_pipeline_hooks`, from `JaxGSPipeline.__init__`: ns-train,
 ns-viewer, ns-export, ns-eval and ns-render of a jax-gs config; never for another method):
+- the process is marked a jax-gs run (the excepthook above acts from then on).
+- On a host with no GPU or TPU device, JAX starts its CPU backend only
+  (`jax_backend.skip_absent_accelerators`): the CUDA and TPU plugins the `[gpu]`/`[tpu]` extras
+  install are not initialised, so they print no traceback or warnings the user did not cause.
+  Before JAX starts its backends; left alone when the user set JAX_PLATFORMS.
 - JAX's persistent compilation cache (`jax_backend.enable_compilation_cache`): every ns-* command
   loads the programs an earlier run compiled instead of compiling them again.
 - JAX takes GPU memory as it needs it (`jax_backend.share_gpu_memory`:
@@ -36,6 +47,12 @@ Once the pipeline is built, on its datamanager (`keep_fisheye_images`, from `Jax
   fisheyes jax-gs draws natively (`cameras.keeps_its_image`) read zero coefficients while it caches
   and theirs again after, so their images are cached as they are on disk.
 
+While the engine reads the training images, with several processes (`training_views`, a context
+manager, from `JaxGSPipeline.ensure_engine`):
+- the datamanager's `train_dataset` is this host's share of the views (`pipeline.ViewShare`), so
+  its cache reads and undistorts only those; its own dataset again afterwards, whose cameras then
+  take the share's intrinsics after undistortion (as nerfstudio keeps them for the views it caches).
+
 While the pipeline is built (`no_prompts`, a context manager: undone afterwards):
 - rich's `Confirm.ask` returns its default, saying so, when stdin is not a terminal (nerfstudio's
   questions would otherwise wait for an answer nobody can give); "downscale the images?" is an
@@ -44,6 +61,7 @@ While the pipeline is built (`no_prompts`, a context manager: undone afterwards)
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 
 from .errors import InputError, one_line
@@ -60,14 +78,52 @@ def _mark(fn):
     return fn
 
 
+_run = {"jaxgs": False}  # set when a jax-gs pipeline is built in this process
+
+
+def _jaxgs_methods() -> set:
+    """The method names jax-gs registers with nerfstudio (its `nerfstudio.method_configs` entry
+    points, pyproject.toml)."""
+    from importlib.metadata import entry_points
+
+    return {e.name for e in entry_points(group="nerfstudio.method_configs") if e.value.startswith(__package__ + ".")}
+
+
+def jaxgs_run(argv=None) -> bool:
+    """Whether this process runs jax-gs (module docstring): a jax-gs pipeline was built, or
+    `argv` (default sys.argv) names a jax-gs method or a --load-config of a jax-gs run."""
+    if _run["jaxgs"]:
+        return True
+    from pathlib import Path
+
+    argv = list(sys.argv if argv is None else argv)
+    methods = _jaxgs_methods()
+    if len(argv) > 1 and argv[1] in methods:  # ns-train METHOD ...
+        return True
+    for i, arg in enumerate(argv):
+        path = arg.split("=", 1)[1] if arg.startswith("--load-config=") else (
+            argv[i + 1] if arg == "--load-config" and i + 1 < len(argv) else None)
+        if path is None:
+            continue
+        config = Path(path)
+        if config.is_file():  # nerfstudio writes the method's name into its config.yml
+            try:
+                return re.search(r"^method_name: (\S+)$", config.read_text(), re.M)[1] in methods
+            except (OSError, UnicodeDecodeError, TypeError):  # unreadable, or no method name: its folders below
+                pass
+        return any(part in methods for part in config.parts)  # outputs/SCENE/METHOD/TIMESTAMP/config.yml
+    return False
+
+
 def install_excepthook() -> None:
-    """One line for errors meant for the user; the previous hook for everything else."""
+    """In a jax-gs run, one line for errors meant for the user; the previous hook for everything
+    else, and for every error of another method's run."""
     if _ours(sys.excepthook):
         return
     previous = sys.excepthook
 
     def hook(exc_type, exc, tb):
-        line = one_line(exc_type, exc, tb)
+        line = one_line(exc_type, exc, tb) if jaxgs_run() else None
         if line is None:
             return previous(exc_type, exc, tb)
         sys.stderr.write(f"jax-gs: error: {line}\n")
@@ -136,10 +192,12 @@ def install_first_view() -> None:
 
 def install_pipeline_hooks() -> None:
     """Everything a jax-gs pipeline needs, once per process (see the module docstring)."""
-    from jax_backend import enable_compilation_cache, share_gpu_memory, use_cpu_cores
+    from jax_backend import enable_compilation_cache, share_gpu_memory, skip_absent_accelerators, use_cpu_cores
 
+    _run["jaxgs"] = True
     install_excepthook()
-    share_gpu_memory()  # first: nothing below may start a JAX backend before it
+    skip_absent_accelerators()  # first: nothing below may start a JAX backend before these
+    share_gpu_memory()
     enable_compilation_cache()
     use_cpu_cores()
     install_atomic_export()
@@ -173,6 +231,27 @@ def keep_fisheye_images(datamanager, fisheye: str) -> None:
             cams.distortion_params = saved
 
     datamanager._load_images = _mark(loading)
+
+
+@contextlib.contextmanager
+def training_views(datamanager, share=None):
+    """While active, `datamanager.train_dataset` is `share` (a `pipeline.ViewShare`: this host's
+    views; None: the whole dataset, nothing changed), which it yields; afterwards its own dataset
+    again, whose cameras take the share's intrinsics after undistortion (module docstring)."""
+    full = datamanager.train_dataset
+    if share is None:
+        yield full
+        return
+    import torch
+
+    datamanager.train_dataset = share  # what nerfstudio's cache reads (and undistorts)
+    try:
+        yield share
+    finally:
+        datamanager.train_dataset = full
+    at = torch.tensor(share.indices)
+    for name in ("fx", "fy", "cx", "cy", "width", "height"):
+        getattr(full.cameras, name)[at] = getattr(share.cameras, name)
 
 
 @contextlib.contextmanager

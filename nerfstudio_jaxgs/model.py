@@ -289,8 +289,8 @@ class JaxGSModel(SplatfactoModel):
 
     def _render_gaussians(self):
         """The Gaussians where the renders run: placed on the render tile devices once per change
-        of `self.gaussians` (a block, a load), not per viewer frame (a copy per device: ~22 ms a
-        frame at 300k Gaussians)."""
+        of `self.gaussians` (a block, a load), not per viewer frame (a copy per device each frame:
+        figure viewer-placement, benchmarks/results/library_figures.md)."""
         if self._placed is None or self._placed[0] is not self.gaussians:
             self._placed = (self.gaussians, self._render_layout.place(self.gaussians))
         return self._placed[1]

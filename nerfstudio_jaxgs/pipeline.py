@@ -18,7 +18,7 @@ from . import checkpoint
 from .cameras import camera_model, cameras_to_opencv, training_camera_model
 from .checks import check_scene, check_views
 from .errors import InputError, user_errors
-from .hooks import install_pipeline_hooks, keep_fisheye_images, no_prompts
+from .hooks import install_pipeline_hooks, keep_fisheye_images, no_prompts, training_views
 from .model import NO_TORCH_LOSS
 from .settings import check_datamanager
 
@@ -142,26 +142,19 @@ class JaxGSPipeline(VanillaPipeline):
         full = dm.train_dataset
         viewmats, _, _, _ = cameras_to_opencv(full.cameras)
         extent = max(scene_extent(viewmats), 1e-3)  # of every host's cameras: the same on each
-        mine = np.arange(len(full))
+        mine, share = np.arange(len(full)), None
         if jax.process_count() > 1:  # several processes: each reads and trains on its share of the views
             mine = host_views(len(full))
             print(f"[jax-gs] process {jax.process_index()} of {jax.process_count()}: training on {len(mine)} of "
                   f"{len(full)} views")
-            dm.train_dataset = ViewShare(full, mine)  # what nerfstudio's cache reads (and undistorts)
-        try:
+            share = ViewShare(full, mine)
+        with training_views(dm, share) as views:
             with user_errors("reading the training images"):
                 cached = dm.cached_train  # uint8 images, undistorted unless drawn natively (rewrites their intrinsics)
-            share = dm.train_dataset
-            _, Ks, _, _ = cameras_to_opencv(share.cameras)
+            _, Ks, _, _ = cameras_to_opencv(views.cameras)
             fisheye = self.model.config.fisheye
-            model = training_camera_model(share.cameras, fisheye, lambda i: f"training view {i}")
-            distortions = np.stack([camera_model(share.cameras, i, fisheye)[1] for i in range(len(share))])
-        finally:
-            dm.train_dataset = full
-        if share is not full:  # the intrinsics after undistortion, as nerfstudio keeps them
-            at = torch.tensor(share.indices)
-            for name in ("fx", "fy", "cx", "cy", "width", "height"):
-                getattr(full.cameras, name)[at] = getattr(share.cameras, name)
+            model = training_camera_model(views.cameras, fisheye, lambda i: f"training view {i}")
+            distortions = np.stack([camera_model(views.cameras, i, fisheye)[1] for i in range(len(views))])
         if not cached:
             raise RuntimeError("the dataset has no training images")
         images = [np.asarray(d["image"].cpu().numpy()) for d in cached]

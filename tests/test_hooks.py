@@ -99,3 +99,86 @@ def test_gpu_allocator_shares_the_gpu_with_torch_unless_the_user_chose(user):
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["started_before"] is False  # nothing ns-train imports starts JAX first
     assert out["env"] == (user or {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"})
+
+
+def test_the_excepthook_words_jaxgs_runs_only(monkeypatch, tmp_path):
+    """In a jax-gs run (its method on the command line, a --load-config of its runs, or a jax-gs
+    pipeline built) an error meant for the user is one line; another method's run (splatfacto's)
+    keeps nerfstudio's own error, the previous hook's."""
+    from nerfstudio_jaxgs.errors import InputError
+
+    seen = []
+    monkeypatch.setattr(sys, "excepthook", lambda *a: seen.append(a[0]))
+    monkeypatch.setitem(hooks._run, "jaxgs", False)
+    hooks.install_excepthook()
+    error = InputError("the scene is bad")
+
+    def raised(argv):
+        seen.clear()
+        monkeypatch.setattr(sys, "argv", argv)
+        sys.excepthook(InputError, error, None)
+        return list(seen)
+
+    assert raised(["ns-train", "splatfacto", "--data", "x"]) == [InputError]  # nerfstudio's, untouched
+    assert raised(["ns-eval", "--load-config", "outputs/x/splatfacto/2026/config.yml"]) == [InputError]
+    assert raised(["ns-train", "jax-gs", "--data", "x"]) == []  # one line instead
+    assert raised(["ns-eval", "--load-config=outputs/x/jax-2dgs/2026/config.yml"]) == []
+    config = tmp_path / "elsewhere.yml"  # an existing config is judged by the method it names, not its path
+    config.write_text("method_name: splatfacto\n")
+    assert raised(["ns-viewer", "--load-config", str(config)]) == [InputError]
+    config.write_text("!!python/object:x\nmethod_name: jax-gs-mcmc\n")
+    assert raised(["ns-viewer", "--load-config", str(config)]) == []
+    monkeypatch.setitem(hooks._run, "jaxgs", True)  # a jax-gs pipeline was built in this process
+    assert raised(["python", "script.py"]) == []
+
+
+def test_another_methods_missing_config_keeps_nerfstudios_error(tmp_path):
+    """ns-eval of a splatfacto run's missing config.yml: nerfstudio's own traceback; of a jax-gs
+    run's: one line."""
+    from commands import BIN, run_command
+
+    theirs = run_command([BIN / "ns-eval", "--load-config", tmp_path / "outputs/s/splatfacto/t/config.yml"],
+                         expect_rc=1, timeout=600)
+    assert "Traceback" in theirs.stderr and "jax-gs: error" not in theirs.stderr
+    ours = run_command([BIN / "ns-eval", "--load-config", tmp_path / "outputs/s/jax-gs/t/config.yml"],
+                       expect_rc=1, timeout=600)
+    assert "jax-gs: error: config file" in ours.stderr and "Traceback" not in ours.stderr
+
+
+_PLUGINS_CHILD = """
+import json
+import nerfstudio.scripts.train
+from nerfstudio_jaxgs import hooks
+hooks.install_pipeline_hooks()
+import jax
+print(json.dumps(sorted({d.platform for d in jax.devices()})))
+"""
+
+
+def test_a_host_without_accelerators_starts_no_accelerator_plugin():
+    """With the [gpu]/[tpu] extras installed (CI installs both) and no GPU or TPU on the host, a
+    jax-gs run starts JAX's CPU backend alone: no CUDA-plugin traceback, no libtpu warnings."""
+    import glob
+    import json
+    import os
+    import subprocess
+
+    from jax_backend.devices import ACCELERATOR_NODES
+
+    if any(glob.glob(p) for p in ACCELERATOR_NODES):
+        pytest.skip("this host has an accelerator device: JAX finds it as usual")
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}
+    proc = subprocess.run([sys.executable, "-c", _PLUGINS_CHILD], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == ["cpu"]
+    for noise in ("Traceback", "plugin configuration error", "TPU", "libtpu", "cuInit"):
+        assert noise not in proc.stderr, proc.stderr[-3000:]
+
+
+def test_no_plugin_module_swaps_nerfstudios_datasets():
+    """The datamanager's datasets are swapped in hooks.py alone (`training_views`)."""
+    for p in PLUGIN.glob("*.py"):
+        tree = ast.parse(p.read_text())
+        swaps = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                 for t in n.targets if isinstance(t, ast.Attribute) and t.attr in ("train_dataset", "eval_dataset")]
+        assert not swaps or p.name == "hooks.py", (p.name, swaps)

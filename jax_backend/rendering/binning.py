@@ -84,7 +84,8 @@ def sort_by_tile(tile, rank, num_tiles: int, n: int):
 
     On TPU a stable radix sort of the tiles alone (the slots are already in depth order). Else
     the keys alone are sorted: one u32 key, tile x n + rank, when (num_tiles + 1) x n fits in 32
-    bits (5-8x faster on a CPU than a two-key sort with its payload, measured), else the
+    bits (faster on a CPU than a two-key sort with its payload: figure u32-key,
+    benchmarks/results/library_figures.md), else the
     (tile, rank) pairs (`sort_pairs`). (`array_ops.per_platform`)
     """
     return array_ops.per_platform(tile, rank, tpu=partial(sort_by_tile_radix, num_tiles=num_tiles),
@@ -110,8 +111,7 @@ def sort_by_tile_keys(tile, rank, num_tiles: int, n: int):
 def buffer_tiers(isect_capacity: int, platform: str) -> list:
     """The buffer sizes a binning picks from at run time: `isect_capacity` and its halves down to
     MIN_ISECT_CAPACITY (at most five). On a TPU `isect_capacity` alone: each tier compiles its own sort, and a
-    sort of 2^16-2^20 keys takes 6-12 s of a TPU compile (measured for v5e: the binning at 2^20
-    compiled in 141 s with five tiers)."""
+    large sort takes seconds of a TPU compile (figure: tpu-sort-tiers, benchmarks/results/library_figures.md)."""
     sizes = [isect_capacity]
     if platform == "tpu":
         return sizes
@@ -130,8 +130,8 @@ def _sorted_lists(size: int, lo_t, n_xy, by_depth, counts, starts, total, grid: 
     # Gaussian's rank at its start, then a running max fills the slots in between: O(N + M), no
     # search. The non-empty Gaussians' starts are distinct; the empty ones, and starts past a
     # buffer too small, go to distinct slots past the end (dropped): a scatter with unique
-    # indices, which compiles for v6e in 0.3 s where the duplicate-index form became a hidden
-    # sort (12.6 s at 100k Gaussians into 2^20 slots, measured)
+    # indices, which compiles for a TPU quickly where the duplicate-index form became a hidden
+    # sort (figure: unique-scatter, benchmarks/results/library_figures.md)
     slot = jnp.arange(size, dtype=jnp.int32)
     ranks = jnp.arange(n, dtype=jnp.int32)
     at = jnp.where((counts > 0) & (starts < size), starts, size + ranks)  # past the end: distinct too

@@ -11,7 +11,7 @@ back to front, recovering T_i = T_{i+1} / (1 - alpha_i): memory O(pixels + inter
 
 Layout: per-Gaussian quantities are channel first (packed screen parameters [GEOM, ...], features
 [ch, ...]) and broadcast against the pixel arrays [...]. XLA on CPU vectorises these planes far
-better than a trailing axis of 3 or 6 (measured: the backward step is ~6x faster this way).
+better than a trailing axis of 3 or 6 (figure: channel-first, benchmarks/results/library_figures.md).
 """
 from __future__ import annotations
 

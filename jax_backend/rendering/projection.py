@@ -36,8 +36,7 @@ RASTERIZE_MODES = ("classic", "antialiased")
 # Per-Gaussian vectors and small matrices are kept as planes, one [N] array per entry (nested lists
 # for matrices), and multiplied entry by entry. XLA on a CPU fuses these into its loops. As batched
 # dots ([N*3, 3] x [3, 3] and [N, 3, 3] x [N, 3, 3]) each product was a library call of its own, and
-# the projection with its gradient took 3.4x as long (7.6 against 2.3 ms for 32,768 Gaussians, this
-# machine, measured).
+# the projection with its gradient took several times as long (figure: planes, benchmarks/results/library_figures.md).
 
 
 @jax.custom_vjp
@@ -47,7 +46,8 @@ def columns(x: jnp.ndarray):
     The gradient writes each column's cotangent into the [N, k] result in a loop of its own. The
     default gradient (pads or a concatenate of the columns' cotangents) was fused by XLA into one
     loop over [N, k] that evaluated the cotangent expressions of every column for every element,
-    without vectorising: 5.3 of the projection's 7.6 ms (32,768 Gaussians, measured)."""
+    without vectorising: most of the projection's time (figure: columns-grad,
+    benchmarks/results/library_figures.md)."""
     return tuple(jnp.unstack(x, axis=-1))
 
 
@@ -107,8 +107,8 @@ def blend_form(c00, c01, c11, det):
 
     Both terms are non-negative, so q keeps float32's relative precision. The conic's own form
     a dx^2 + 2 b dx dy + c dy^2 sums terms of size d^2 / lambda_min that cancel to q along a thin
-    splat's long axis: for axes 1e4 apart in variance, q lost 4e-4 there and alpha 1e-4 (measured
-    against the float64 reference). r and s come from the covariance's entries, not the conic's."""
+    splat's long axis: q and alpha lose precision there against the float64 reference (figure:
+    conic-form, benchmarks/results/library_figures.md). r and s come from the covariance's entries, not the conic's."""
     return jnp.stack([c11 / det, -c01 / c11, 1.0 / c11], -1)
 
 

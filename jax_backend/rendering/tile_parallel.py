@@ -16,7 +16,7 @@ Without the split every device did the whole per-Gaussian work of the step again
 Which devices, their mesh and shardings, and placing arrays on them: the run's `layout.Layout`.
 
 Why on a CPU: XLA runs one device's program on about one core (its own intra-op threading gains
-nothing on these small fused loops: measured 0.9x with two cores against one), while forced host
+nothing on these small fused loops: figure intra-op, benchmarks/results/library_figures.md), while forced host
 devices (`jax_num_cpu_devices`) run side by side.
 """
 from __future__ import annotations

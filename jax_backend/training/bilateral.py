@@ -66,7 +66,7 @@ def centre_grids(grids):
     Grids and Gaussians can trade any transform common to all images (every grid x A, the
     Gaussians' colours x A^-1) without changing a training render, and nerfstudio's grids drift
     along that freedom; held-out views, which no grid touches, then show the drifted colours
-    (measured: a gain of about 0.89 on a test scene). Holding the mean at the identity fixes the
+    (figure: grid-drift, benchmarks/results/library_figures.md). Holding the mean at the identity fixes the
     split: the Gaussians keep the images' average appearance, and what each grid learns is its
     image's departure from it."""
     identity = _IDENTITY.astype(grids.dtype)[:, None, None, None]

@@ -40,8 +40,8 @@ def _correlate_fwd(x, window, axis, pad_lo, pad_hi):
 
 def _correlate_bwd(window, axis, pad_lo, pad_hi, _, g):
     # the adjoint of a correlation is the correlation with the flipped window, padded to the full
-    # overlap: again one fused kernel (autodiff's adjoint kept each slice's padded copy: 6x the
-    # memory on a CPU)
+    # overlap: again one fused kernel (autodiff's adjoint kept each slice's padded copy: figure
+    # ssim-adjoint, benchmarks/results/library_figures.md)
     k = len(window)
     return (_correlate(g, window[::-1], axis, k - 1 - pad_lo, k - 1 - pad_hi),)
 
