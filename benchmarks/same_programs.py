@@ -46,6 +46,7 @@ def programs(n: int) -> dict:
     from benchmarks.train import build_trainer
     import jax_backend
     from jax_backend import rasterization
+    from jax_backend.training import aot
 
     # the traced entry point and the buffer argument's name in either tree
     rasterization = getattr(jax_backend, "traced_rasterization", rasterization) if hasattr(
@@ -67,12 +68,21 @@ def programs(n: int) -> dict:
     if hasattr(tr, "lower_block"):
         lowered = tr.lower_block(20)
     else:  # compiling for a trainer's devices in its own module
-        from jax_backend.training import aot
-
         lowered = aot.lower_block(tr, 20)
     text = instructions(lowered.compile().as_text())
     texts[f"training block (flat, 20 steps), N={n}"] = text
     out[f"training block (flat, 20 steps), N={n}"] = (hashlib.sha1(text.encode()).hexdigest(), text.count("\n"))
+    # 2DGS's block, both geometry terms on (the kind of splat under either tree's name for it)
+    import dataclasses
+
+    terms = dict(normal_start=0, distortion_lambda=0.1, distortion_start=0)
+    kind = ({"splats": jax_backend.Surfels2D(**terms)} if hasattr(jax_backend, "Surfels2D")
+            else {"surfels": jax_backend.SurfelConfig(**terms)})
+    disks = type(tr)(dataclasses.replace(tr.cfg, **kind), tr.data, tr.gaussians, tr.scene_extent, layout=tr.layout)
+    lowered = disks.lower_block(20) if hasattr(disks, "lower_block") else aot.lower_block(disks, 20)
+    text = instructions(lowered.compile().as_text())
+    texts[f"2DGS training block (flat, 20 steps), N={n}"] = text
+    out[f"2DGS training block (flat, 20 steps), N={n}"] = (hashlib.sha1(text.encode()).hexdigest(), text.count("\n"))
     return out, texts
 
 
