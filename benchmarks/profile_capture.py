@@ -24,7 +24,7 @@ jittered by its scale, scales shrunk by the cube root of the growth), opacities 
 Gaussians are opaque and the blend stops earlier).
 
     python -m benchmarks.profile_capture [--gaussians 25000,100000,300000,1000000] [--downscales 4,2,1]
-        [--steps 4] [--repeat 3] [--data ../shared/data/snowmiku]
+        [--steps 4] [--repeat 3] [--data ../shared/data/snowmiku] [--without-ssim]
 """
 from __future__ import annotations
 
@@ -107,7 +107,21 @@ def tile_stats(lengths, platform_groups: int) -> dict:
             "padded": padded, "useful": total / max(padded, 1)}
 
 
-def profile(engine, n: int, downscale: int, steps: int, repeat: int) -> dict:
+def step_time(tr, steps: int, repeat: int) -> float:
+    """Seconds per step of `tr`'s blocks of `steps` steps (its first block compiles)."""
+    import jax
+
+    tr.run_block(steps)
+    jax.block_until_ready(tr.device_state)
+    t0 = time.perf_counter()
+    reps = max(1, repeat // 2)
+    for _ in range(reps):
+        tr.run_block(steps)
+    jax.block_until_ready(tr.device_state)
+    return (time.perf_counter() - t0) / (reps * steps)
+
+
+def profile(engine, n: int, downscale: int, steps: int, repeat: int, without_ssim: bool = False) -> dict:
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -128,16 +142,13 @@ def profile(engine, n: int, downscale: int, steps: int, repeat: int) -> dict:
     tr = Trainer(cfg, engine.data, g, engine.scene_extent, layout=engine.layout, log=lambda *a: None)
     row = {"gaussians": n, "downscale": downscale}
 
-    # the whole step, as the run pays it (its first block compiles)
-    tr.run_block(steps)
-    jax.block_until_ready(tr.device_state)
-    t0 = time.perf_counter()
-    reps = max(1, repeat // 2)
-    for _ in range(reps):
-        tr.run_block(steps)
-    jax.block_until_ready(tr.device_state)
-    row["step"] = (time.perf_counter() - t0) / (reps * steps)
+    # the whole step, as the run pays it
+    row["step"] = step_time(tr, steps, repeat)
     row["isect_capacity"] = tr.isect_capacity
+    if without_ssim:  # the same step with the SSIM term left out of the loss (ssim_lambda 0)
+        plain = Trainer(dataclasses.replace(cfg, ssim_lambda=0.0), engine.data, g, engine.scene_extent,
+                        layout=engine.layout, log=lambda *a: None)
+        row["step_without_ssim"] = step_time(plain, steps, repeat)
 
     # the pieces, on view 0 at this resolution, one device
     data = tr.data
@@ -195,13 +206,14 @@ def main():
     ap.add_argument("--downscales", default="4,2,1")
     ap.add_argument("--steps", type=int, default=4, help="steps in each timed block")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--without-ssim", action="store_true", help="also time the whole step with ssim_lambda 0")
     a = ap.parse_args()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     engine = load_engine(a.data)
     import jax
 
     print(f"# python -m benchmarks.profile_capture --gaussians {a.gaussians} --downscales {a.downscales} "
-          f"--steps {a.steps} --repeat {a.repeat}")
+          f"--steps {a.steps} --repeat {a.repeat}" + (" --without-ssim" if a.without_ssim else ""))
     print(f"# {a.data.name}: {engine.data.num_views} training views {engine.data.width}x{engine.data.height}, "
           f"{int(engine.gaussians.alive.sum())} seed Gaussians; jax {jax.__version__}, "
           f"{engine.layout.tile_devices} CPU device(s) dealing each view's tiles; seconds per step")
@@ -211,11 +223,12 @@ def main():
     rows = []
     for n in (int(x) for x in a.gaussians.split(",")):
         for d in (int(x) for x in a.downscales.split(",")):
-            r = profile(engine, n, d, a.steps, a.repeat)
+            r = profile(engine, n, d, a.steps, a.repeat, a.without_ssim)
             rows.append(r)
             print(f"| {n:,} | {r['width']}x{r['height']} | {r['step']:.3f} | {r['projection']:.3f} | "
                   f"{r['binning']:.3f} | {r['blend_forward']:.3f} | {r['blend_backward']:.3f} | {r['loss']:.3f} | "
-                  f"{r['adam']:.3f} | {r['density_control']:.4f} |", flush=True)
+                  f"{r['adam']:.3f} | {r['density_control']:.4f} |"
+                  + (f" whole step without SSIM: {r['step_without_ssim']:.3f}" if a.without_ssim else ""), flush=True)
     print("\nIntersections per 16x16 tile (view 0) and the slots the flat rasterizer walks")
     print("| Gaussians | resolution | tiles | intersections | mean | p99 | max | CV | CPU: padded slots (useful) | "
           "accelerator, one group: padded slots (useful) |")
