@@ -98,6 +98,7 @@ def main():
     if len(a.recipe) != 2:
         ap.error("give two --recipe")
     out = a.out or Path(tempfile.mkdtemp(prefix="time_to_quality_"))
+    out.mkdir(parents=True, exist_ok=True)
     print(f"# python -m benchmarks.time_to_quality --scene {a.scene} "
           + " ".join(f"--recipe {shlex.quote(r)}" for r in a.recipe) + f" --save-every {a.save_every}")
     print(f"# runs in {out}; seconds from each ns-train command's start to its checkpoint's write")
