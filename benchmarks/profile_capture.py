@@ -35,19 +35,10 @@ import os
 import time
 from pathlib import Path
 
+from .profile_step import timed
+
 ROOT = Path(__file__).resolve().parents[1]
 SNOWMIKU = ROOT.parent / "shared" / "data" / "snowmiku"
-
-
-def timed(fn, *args, repeat: int) -> float:
-    import jax
-
-    jax.block_until_ready(fn(*args))  # compile
-    t0 = time.perf_counter()
-    for _ in range(repeat):
-        out = fn(*args)
-    jax.block_until_ready(out)
-    return (time.perf_counter() - t0) / repeat
 
 
 def load_engine(data: Path):
