@@ -69,16 +69,22 @@ def read(model_entries: dict) -> Loaded:
                   arrays if kind == "train" else None, processes)
 
 
-def resume(engine, loaded: Loaded) -> None:
-    """Put a loaded training state into `engine` (same configuration and views); InputError when
-    it was written by a run of another number of processes."""
+def check_resumable(loaded: Loaded) -> None:
+    """InputError when `loaded` was written by a run of another number of processes than this one
+    (each host's share of the views follows the count)."""
     import jax
-
-    from jax_backend.training import checkpointing
 
     if loaded.processes != jax.process_count():
         raise InputError(f"the checkpoint was written by a run of {loaded.processes} process(es) and this run has "
                          f"{jax.process_count()}: resume it with --machine.num-machines {loaded.processes} (each "
                          f"host's share of the views follows the count), or start a new run from its Gaussians "
                          f"(ns-export gaussian-splat, then --pipeline.model.init-ply)")
+
+
+def resume(engine, loaded: Loaded) -> None:
+    """Put a loaded training state into `engine` (same configuration and views; `check_resumable`
+    first)."""
+    from jax_backend.training import checkpointing
+
+    check_resumable(loaded)
     checkpointing.load_state_arrays(engine, loaded.training_state, "checkpoint")

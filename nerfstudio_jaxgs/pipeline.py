@@ -36,6 +36,8 @@ def build_engine(model, dataset, scene_extent: float, max_steps: int, optimizers
     from .settings import layout, train_config
 
     c = model.config
+    if resume is not None:  # before any engine is built for a run it cannot resume
+        checkpoint.check_resumable(resume)
     cfg = train_config(c, max_steps=max_steps, num_train_data=model.num_train_data, optimizers=optimizers,
                        data_background=model.data_background, camera_model=camera_model)
     try:  # the capacity grows on the host as density control needs it
