@@ -39,7 +39,8 @@ SCENES = {
 
 
 def train(recipe: str, scene: str, out: Path, save_every: int, name: str) -> tuple:
-    """Run one recipe's ns-train; (its run folder, {step: seconds from the command's start})."""
+    """Run one recipe's ns-train; (its run folder, {step: seconds from the command's start}, the
+    command's whole time in seconds)."""
     data, parser = SCENES[scene]
     method, *args = shlex.split(recipe)
     cmd = [str(BIN / "ns-train"), method, "--data", str(data), "--output-dir", str(out), "--timestamp", name,
@@ -50,12 +51,32 @@ def train(recipe: str, scene: str, out: Path, save_every: int, name: str) -> tup
     with open(log, "w") as f:
         proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                               env=dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu")))
+    total = time.time() - start
     if proc.returncode:
         raise RuntimeError(f"{recipe!r} failed ({proc.returncode}); its output: {log}")
     run = next(out.glob(f"*/{method}/{name}"))
     times = {int(re.search(r"step-(\d+)\.ckpt", p.name)[1]): p.stat().st_mtime - start
              for p in (run / "nerfstudio_models").glob("step-*.ckpt")}
-    return run, dict(sorted(times.items()))
+    return run, dict(sorted(times.items())), total
+
+
+def gaussian_counts(run: Path) -> dict:
+    """{step: live Gaussians} as the run logged them (tensorboard's gaussian_count)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    counts = {}
+    for f in run.glob("events.out.tfevents.*"):
+        ea = EventAccumulator(str(f), size_guidance={"scalars": 0})
+        ea.Reload()
+        if "Train Metrics Dict/gaussian_count" in ea.Tags()["scalars"]:
+            counts.update({e.step: int(e.value) for e in ea.Scalars("Train Metrics Dict/gaussian_count")})
+    return dict(sorted(counts.items()))
+
+
+def count_at(counts: dict, step: int):
+    """The last logged Gaussian count at or before `step` (None: none logged)."""
+    logged = [n for s, n in counts.items() if s <= step]
+    return logged[-1] if logged else None
 
 
 def evaluate(run: Path, step: int) -> dict:
@@ -105,14 +126,15 @@ def main():
     print(f"# runs in {out}; seconds from each ns-train command's start to its checkpoint's write")
     curves = []
     for i, recipe in enumerate(a.recipe):
-        run, times = train(recipe, a.scene, out, a.save_every, f"recipe{i}")
+        run, times, total = train(recipe, a.scene, out, a.save_every, f"recipe{i}")
         rows = [(step, t, evaluate(run, step)) for step, t in times.items()]
+        counts = gaussian_counts(run)
         curves.append((recipe, rows))
-        print(f"\n{recipe}")
-        print("| step | seconds | held-out PSNR | SSIM |")
-        print("|---|---|---|---|")
+        print(f"\n{recipe} (the whole command: {total:.0f} s)")
+        print("| step | seconds | held-out PSNR | SSIM | Gaussians |")
+        print("|---|---|---|---|---|")
         for step, t, r in rows:
-            print(f"| {step} | {t:.0f} | {r['psnr']:.2f} | {r['ssim']:.3f} |", flush=True)
+            print(f"| {step} | {t:.0f} | {r['psnr']:.2f} | {r['ssim']:.3f} | {count_at(counts, step) or '-'} |", flush=True)
     if len(curves) < 2:
         return
     target = min(rows[-1][2]["psnr"] for _, rows in curves)

@@ -49,6 +49,11 @@ class JaxGSModelConfig(SplatfactoModelConfig):
     dataparser oriented, centred and scaled) or "capture" (the capture's own frame, e.g. COLMAP's,
     as the INRIA code and gsplat's trainer write): jax-gs then moves them by the dataparser's
     transform and scale (dataparser_transforms.json), rotating their SH colours with them."""
+    full_resolution_at: float = 0.5
+    """Coarse to fine (splatfacto's num-downscales and resolution-schedule): the run trains at full
+    resolution from this fraction of --max-num-iterations at the latest, its coarse levels shortened
+    to fit (splatfacto's 30,000-step schedule reaches it at step 6,000, well before 0.5). Lower
+    resolutions cost a fraction of a full one's step: jax-gs-fast trains at them longer (0.85)."""
     steps_per_block: int = 100
     """Training steps compiled into one XLA program (one trainer iteration advances this many)."""
     rasterizer: Literal["auto", "flat", "standard", "pallas"] = "auto"

@@ -228,6 +228,9 @@ def train_config(config, *, max_steps: int, num_train_data: int, optimizers: dic
     from jax_backend import TrainConfig, make_strategy
 
     check_supported(config)
+    if not 0.0 < config.full_resolution_at <= 1.0:
+        raise InputError(f"--pipeline.model.full-resolution-at {config.full_resolution_at}: a fraction of the run, "
+                         "in (0, 1]")
     name, settings = strategy(config, num_train_data)
     try:
         strat = make_strategy(name, **settings)
@@ -241,5 +244,6 @@ def train_config(config, *, max_steps: int, num_train_data: int, optimizers: dic
                        sh_degree=config.sh_degree, sh_degree_interval=config.sh_degree_interval,
                        ssim_lambda=config.ssim_lambda, background=training_background(config, data_background),
                        strategy=strat, num_downscales=config.num_downscales,
-                       resolution_schedule=config.resolution_schedule, optim=optim_config(optimizers),
+                       resolution_schedule=config.resolution_schedule,
+                       full_resolution_at=config.full_resolution_at, optim=optim_config(optimizers),
                        splats=splat_kind(config), camera_model=camera_model, seed=config.seed)

@@ -12,7 +12,8 @@ from nerfstudio.configs.base_config import MachineConfig  # noqa: E402
 from nerfstudio.models.base_model import ModelConfig  # noqa: E402
 from nerfstudio.models.splatfacto import SplatfactoModelConfig  # noqa: E402
 
-from nerfstudio_jaxgs.config import OPTIMIZERS, jax_gs_big_method, jax_gs_mcmc_method, jax_gs_method  # noqa: E402
+from nerfstudio_jaxgs.config import (OPTIMIZERS, jax_gs_big_method, jax_gs_fast_method, jax_gs_mcmc_method,  # noqa: E402
+                                     jax_gs_method)
 from nerfstudio_jaxgs.errors import InputError  # noqa: E402
 from nerfstudio_jaxgs.model import JaxGSModelConfig  # noqa: E402
 from nerfstudio_jaxgs.initial import init_settings  # noqa: E402
@@ -185,6 +186,25 @@ def test_presets():
     assert OPTIMIZERS["bilateral_grid"]["optimizer"].lr == 2e-3  # the big preset changed a copy
     s = train_config(mcmc.pipeline.model, max_steps=1000, num_train_data=NUM_TRAIN, optimizers=OPTIMIZERS).strategy
     assert type(s).__name__ == "MCMCStrategy" and s.budget == 1_000_000 and s.min_opacity == 0.005
+
+
+def test_the_fast_preset_is_splatfactos_settings_shaped_for_time_to_quality():
+    fast = jax_gs_fast_method.config
+    assert fast.method_name == "jax-gs-fast" and fast.max_num_iterations == 2000
+    model = fast.pipeline.model
+    cfg = train_config(model, max_steps=fast.max_num_iterations, num_train_data=NUM_TRAIN, optimizers=fast.optimizers)
+    assert [cfg.downscale_at(s) for s in (0, 850, 1699, 1700)] == [4, 2, 2, 1]  # full resolution for its last 15%
+    assert cfg.strategy.budget == 100_000 and (cfg.strategy.refine_start, cfg.strategy.refine_stop) == (300, 1700)
+    assert cfg.optim.means.decay_steps == 2000 and cfg.sh_degree_interval == 500  # the means' rate decays over the run
+    assert OPTIMIZERS["means"]["scheduler"].max_steps == 30000  # jax-gs's own is splatfacto's, unchanged
+    # every piece is a setting a user overrides as splatfacto's
+    cfg = train_config(dataclasses.replace(model, full_resolution_at=0.5, max_gaussians=0), max_steps=2000,
+                       num_train_data=NUM_TRAIN, optimizers=fast.optimizers)
+    assert cfg.downscale_at(1000) == 1 and cfg.strategy.budget == 0
+    for bad in (0.0, 1.5):
+        with pytest.raises(InputError, match=f"--pipeline.model.full-resolution-at {bad}: a fraction"):
+            train_config(dataclasses.replace(model, full_resolution_at=bad), max_steps=2000, num_train_data=NUM_TRAIN,
+                         optimizers=fast.optimizers)
 
 
 def test_random_start_fills_the_scene_box_or_splatfacto_s_cube():

@@ -227,6 +227,10 @@ def test_short_runs_reach_full_resolution_by_their_middle():
     assert [short.downscale_at(s) for s in (0, 499, 500, 999, 1000, 1999)] == [4, 4, 2, 2, 1, 1]
     assert TrainConfig(max_steps=1, **splatfacto).downscale_at(0) == 4  # (degenerate runs still work)
     assert TrainConfig(max_steps=2000).downscale_at(0) == 1
+    # jax-gs-fast's: full resolution for the last 15% only (levels of 850 steps)
+    fast = TrainConfig(max_steps=2000, full_resolution_at=0.85, **splatfacto)
+    assert [fast.downscale_at(s) for s in (0, 849, 850, 1699, 1700, 1999)] == [4, 4, 2, 2, 1, 1]
+    assert TrainConfig(max_steps=30000, full_resolution_at=0.85, **splatfacto).steps_per_level == 3000
 
 
 def test_diverging_training_stops_naming_the_step_and_the_arrays(scene):

@@ -42,7 +42,8 @@ class TrainConfig:
     ssim_lambda: float = 0.2
     max_gauss_ratio: float = 0.0  # > 0: scale regularisation (`loss.scale_regularization`) every 10 steps
     num_downscales: int = 0  # coarse to fine: train at 1 / 2^num_downscales of the resolution first, ...
-    resolution_schedule: int = 3000  # ... doubling it every this many steps
+    resolution_schedule: int = 3000  # ... doubling it every this many steps, ...
+    full_resolution_at: float = 0.5  # ... and at full resolution from this fraction of max_steps at the latest
     strategy: Strategy = field(default_factory=DefaultStrategy)
     optim: OptimConfig = field(default_factory=OptimConfig)
     camera_opt: CameraOptConfig = field(default_factory=CameraOptConfig)  # pose corrections (`cameras.py`)
@@ -53,13 +54,14 @@ class TrainConfig:
     @property
     def steps_per_level(self) -> int:
         """Steps at each coarse resolution: `resolution_schedule`, shortened when the run is too
-        short to reach full resolution by its middle (a 2,000-step run would otherwise never train
-        at full resolution with splatfacto's 2 levels of 3,000 steps, and its renders at full
-        resolution come out blurred and full of holes); unchanged for runs of
-        2 x num_downscales x resolution_schedule steps or more (splatfacto's 30,000)."""
+        short to reach full resolution by `full_resolution_at` of its steps (a 2,000-step run would
+        otherwise never train at full resolution with splatfacto's 2 levels of 3,000 steps, and its
+        renders at full resolution come out blurred and full of holes); unchanged for runs of
+        num_downscales x resolution_schedule / full_resolution_at steps or more (splatfacto's 30,000)."""
         if self.num_downscales <= 0:
             return max(self.resolution_schedule, 1)
-        return max(min(self.resolution_schedule, self.max_steps // (2 * self.num_downscales)), 1)
+        coarse = int(self.max_steps * self.full_resolution_at)
+        return max(min(self.resolution_schedule, coarse // self.num_downscales), 1)
 
     @property
     def corrections(self) -> dict:
