@@ -61,7 +61,7 @@ def test_ns_train_lists_jax_gs_with_its_settings():
     for gone in ("--pipeline.model.grow-grad2d", "--pipeline.model.refine-start", "--pipeline.model.absgrad "):
         assert gone not in out.stdout, gone  # one name per idea: splatfacto's
     listing = subprocess.run([BIN / "ns-train", "--help"], capture_output=True, text=True, timeout=300).stdout
-    assert {"jax-gs", "jax-gs-big", "jax-gs-mcmc"} <= set(re.findall(r"jax-gs[\w-]*", listing))
+    assert {"jax-gs", "jax-gs-fast", "jax-gs-big", "jax-gs-mcmc"} <= set(re.findall(r"jax-gs[\w-]*", listing))
 
 
 def _run(args):

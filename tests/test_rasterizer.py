@@ -194,6 +194,33 @@ def test_padded_tile_groups_give_the_same_gradients():
         np.testing.assert_allclose(np.asarray(four[k]), np.asarray(one[k]), rtol=1e-4, atol=2e-5 * scale, err_msg=k)
 
 
+@pytest.mark.parametrize("rasterizer", ["flat", "standard"])
+def test_tight_tiles_change_neither_the_image_nor_the_gradients(rasterizer):
+    """`RasterizerOptions(tight_tiles=True)` lists fewer (Gaussian, tile) pairs (those whose
+    ellipse misses the tile blend nothing), and gives the images and gradients of the boxes'
+    lists."""
+    w, h = 70, 45
+    scene = hard_scene(n=200, seed=5)
+    vms, Ks = cameras(w, h, n=1, seed=5)
+    names = ("means", "quats", "scales", "opacities", "sh")
+    target = jnp.asarray(np.random.default_rng(0).random((1, h, w, 3)), jnp.float32)
+
+    def run(tight):
+        def loss(p):
+            img = traced_rasterization(*[p[k] for k in names], vms, Ks, w, h, sh_degree=3, rasterizer=rasterizer,
+                                       options=Options(tight_tiles=tight), isect_capacity=1 << 12)[0]
+            return jnp.sum((img - target) ** 2), img
+
+        return jax.jit(jax.value_and_grad(loss, has_aux=True))({k: jnp.asarray(scene[k], jnp.float32) for k in names})
+
+    (_, boxes), g_boxes = run(False)
+    (_, tight), g_tight = run(True)
+    np.testing.assert_allclose(np.asarray(tight), np.asarray(boxes), atol=1e-6)
+    for k in names:
+        scale = float(np.max(np.abs(np.asarray(g_boxes[k]))))
+        np.testing.assert_allclose(np.asarray(g_tight[k]), np.asarray(g_boxes[k]), rtol=1e-5, atol=1e-6 * scale, err_msg=k)
+
+
 def test_overflow_flag_under_jit_and_growth_when_eager():
     w, h = 64, 48
     scene = hard_scene(n=150, seed=2)
@@ -288,11 +315,14 @@ def test_depth_order_is_the_stable_argsort(n, sort_policy):
     np.testing.assert_array_equal(order, expected)
 
 
-def test_binning_on_the_smallest_buffer_tier_gives_every_tiles_list(sort_policy):
+@pytest.mark.parametrize("tight", [False, True], ids=["boxes", "tight"])
+def test_binning_on_the_smallest_buffer_tier_gives_every_tiles_list(sort_policy, tight):
     """The binning sorts in the smallest of its buffer sizes that holds a view's intersections
-    (`buffer_tiers`): each tile's list is every Gaussian whose box touches it, front to back (ties
-    by id), checked against lists built in numpy from the boxes, whichever tier a view lands in;
-    an overflowing view says so."""
+    (`buffer_tiers`): each tile's list is, front to back (ties by id), the Gaussians whose box
+    touches it (with `tight`, less those whose ellipse reaches none of its pixels), checked against
+    lists built in numpy from the boxes and alpha at every pixel centre (float64), whichever tier a
+    view lands in: tight, every Gaussian some pixel of the tile blends is listed, and the thin
+    rotated ones' far box tiles are not; an overflowing view says so."""
     from jax_backend.rendering.binning import bin_gaussians, buffer_tiers, tile_rect
     from jax_backend.rendering.projection import project_gaussians
     from jax_backend.rendering.tiles import TileGrid
@@ -307,7 +337,7 @@ def test_binning_on_the_smallest_buffer_tier_gives_every_tiles_list(sort_policy)
     w, h = 160, 128
     grid = TileGrid(w, h, 16)
     vms, Ks = cameras(w, h, n=1)
-    binned = jax.jit(lambda p: bin_gaussians(p, grid, capacity, sort_policy))
+    binned = jax.jit(lambda p: bin_gaussians(p, grid, capacity, sort_policy, tight=tight))
     seen = set()
     for n, size in [(300, 0.05), (3000, 0.15), (3000, 0.2), (3000, 0.3), (6000, 0.4)]:
         rng = np.random.default_rng(n)
@@ -328,13 +358,29 @@ def test_binning_on_the_smallest_buffer_tier_gives_every_tiles_list(sort_policy)
             continue
         lo, nxy = (np.asarray(a) for a in tile_rect(proj, grid))
         depth = np.asarray(proj.depths)
+        mean, quad = np.asarray(proj.means2d, np.float64), np.asarray(proj.quad, np.float64)
+        raw_o = np.asarray(proj.opacities, np.float64)
         ids, start, end = (np.asarray(a) for a in (bins.gaussian_ids, bins.tile_start, bins.tile_end))
-        assert end[-1] == total
+        listed = 0
         for t in range(grid.num_tiles):
             tx, ty = t % grid.tiles_x, t // grid.tiles_x
             hit = np.flatnonzero((lo[:, 0] <= tx) & (tx < lo[:, 0] + nxy[:, 0]) & (lo[:, 1] <= ty) & (ty < lo[:, 1] + nxy[:, 1]))
-            expected = hit[np.lexsort((hit, depth[hit]))]
-            np.testing.assert_array_equal(ids[start[t]:end[t]], expected, err_msg=f"tile {t}, {total} intersections")
+            box = hit[np.lexsort((hit, depth[hit]))]
+            px, py = np.meshgrid(np.arange(tx * 16, min(tx * 16 + 16, w)) + 0.5, np.arange(ty * 16, min(ty * 16 + 16, h)) + 0.5)
+            dx, dy = px.ravel()[None] - mean[box, :1], py.ravel()[None] - mean[box, 1:]
+            q = quad[box, :1] * (dx + quad[box, 1:2] * dy) ** 2 + quad[box, 2:] * dy ** 2
+            alpha = (raw_o[box, None] * np.exp(-0.5 * q)).max(1)
+            got = ids[start[t]:end[t]]
+            if not tight:
+                np.testing.assert_array_equal(got, box, err_msg=f"tile {t}, {total} intersections")
+                listed += len(got)
+                continue
+            np.testing.assert_array_equal(got, box[np.isin(box, got)], err_msg=f"tile {t}: not the box's, in depth order")
+            blended = box[alpha >= (1 / 255) * (1 + 1e-4)]
+            assert np.isin(blended, got).all(), f"tile {t}: a Gaussian its pixels blend is not listed"
+            assert not np.isin(box[alpha < (1 / 255) * 0.5], got).any(), f"tile {t}: a box tile the splat misses is listed"
+            listed += len(got)
+        assert end[-1] == listed and (listed < total if tight else listed == total)  # tight: less the misses
     assert len(seen) == len(tiers(capacity)) + 1, seen  # every tier and an overflow were exercised
 
 

@@ -1,8 +1,9 @@
 """Tile binning with static shapes: every (Gaussian, tile) intersection in a fixed-size buffer.
 
-depth order -> counts per Gaussian, front to back -> cumsum -> owner of each buffer slot -> sort
-by tile, the depth order kept -> per-tile ranges by searchsorted, on the smallest of a few buffer
-sizes that holds the view's intersections. Nothing is capped per tile or per Gaussian; when the buffer is too small
+depth order -> counts per Gaussian, front to back -> cumsum -> owner of each buffer slot -> (with
+`tight`: the tiles of its box that its ellipse does not reach dropped) -> sort by tile, the depth order kept ->
+per-tile ranges by searchsorted, on the smallest of a few buffer sizes that holds the view's
+intersections. Nothing is capped per tile or per Gaussian; when the buffer is too small
 `overflow` says so (the caller then grows it and renders again: `isect_buffer`).
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import array_ops
-from .projection import Projected
+from .projection import ALPHA_MIN, Projected
 from .tiles import TileGrid, TileLists
 
 MIN_ISECT_CAPACITY = 1 << 14  # smallest intersection buffer
@@ -62,6 +63,48 @@ def tile_rect(proj: Projected, grid: TileGrid):
     hi_t = jnp.floor(jnp.maximum(hi, lo) / grid.tile_size).astype(jnp.int32)
     n_xy = jnp.where(covers.all(-1, keepdims=True), hi_t - lo_t + 1, 0)
     return lo_t, n_xy
+
+
+def ellipse_reaches(proj: Projected, grid: TileGrid):
+    """The tight test of a 3DGS splat's box tiles: (owner [M], tile x [M], tile y [M]) -> bool [M],
+    whether any pixel centre of the tile can blend the owner (alpha >= 1/255).
+
+    The box (`tile_rect`) bounds the ellipse q <= level (level = 2 ln(255 o): o exp(-q/2) = 1/255);
+    a thin, rotated splat's box holds tiles the ellipse misses (a trained capture's full-resolution
+    views: about a fifth of the box's pairs, yet no time saved on a CPU; figure: tight-tiles,
+    benchmarks/results/library_figures.md).
+    The form q = a (dx + r dy)^2 + s dy^2 is convex, so its minimum over the rectangle of the
+    tile's pixel centres is 0 when the mean lies inside, else on an edge, found along each edge in
+    closed form. That minimum is at most the minimum over the pixel centres themselves, and a
+    margin absorbs float rounding: a pair is dropped only when no pixel of the tile could blend it,
+    so the image and the gradients are unchanged (the rasterizers stay exact)."""
+    level = 2.0 * jnp.log(jnp.maximum(proj.opacities, ALPHA_MIN) * 255.0)
+    level = level * (1.0 + 1e-3) + 1e-3
+    t = grid.tile_size
+
+    def reaches(owner, tx, ty):
+        x0 = (tx * t).astype(jnp.float32) + 0.5
+        x1 = jnp.minimum(tx * t + t - 1, grid.width - 1).astype(jnp.float32) + 0.5
+        y0 = (ty * t).astype(jnp.float32) + 0.5
+        y1 = jnp.minimum(ty * t + t - 1, grid.height - 1).astype(jnp.float32) + 0.5
+        mx, my = proj.means2d[owner, 0], proj.means2d[owner, 1]
+        a, r, s = proj.quad[owner, 0], proj.quad[owner, 1], proj.quad[owner, 2]
+
+        def q(dx, dy):
+            u = dx + r * dy
+            return a * u * u + s * dy * dy
+
+        best = jnp.where((mx >= x0) & (mx <= x1) & (my >= y0) & (my <= y1), 0.0, jnp.inf)
+        for yc in (y0, y1):  # along a row dy is fixed: the minimum at u = 0, clipped to the row
+            dy = yc - my
+            best = jnp.minimum(best, q(jnp.clip(-r * dy, x0 - mx, x1 - mx), dy))
+        for xc in (x0, x1):  # along a column: d/d dy = 0 at dy = -a r dx / (a r^2 + s), clipped
+            dx = xc - mx
+            dy = -a * r * dx / jnp.maximum(a * r * r + s, 1e-30)
+            best = jnp.minimum(best, q(dx, jnp.clip(dy, y0 - my, y1 - my)))
+        return best <= level[owner]
+
+    return reaches
 
 
 def depth_order(depths):
@@ -120,11 +163,13 @@ def buffer_tiers(isect_capacity: int, platform: str) -> list:
     return sizes[::-1]
 
 
-def _sorted_lists(size: int, lo_t, n_xy, by_depth, counts, starts, total, grid: TileGrid):
+def _sorted_lists(size: int, lo_t, n_xy, by_depth, counts, starts, total, grid: TileGrid, reaches=None):
     """The intersections in a buffer of `size` slots, sorted: (Gaussian ids [size], tile bounds [T+1]).
 
     `counts` and `starts` are in depth order (`by_depth`): the slots are laid out front to back,
-    so sorting them by tile with that order kept gives each tile's front-to-back list."""
+    so sorting them by tile with that order kept gives each tile's front-to-back list. A slot
+    whose tile `reaches` (`ellipse_reaches`'s test; None: every box tile) says the owner misses
+    is sorted past the last tile, with the unused slots."""
     n = counts.shape[0]
     # Depth rank of slot k's Gaussian: the one whose [start, end) holds k. Scatter each non-empty
     # Gaussian's rank at its start, then a running max fills the slots in between: O(N + M), no
@@ -142,12 +187,14 @@ def _sorted_lists(size: int, lo_t, n_xy, by_depth, counts, starts, total, grid: 
     tx = lo_t[owner, 0] + col
     ty = lo_t[owner, 1] + row
     in_use = slot < total
+    if reaches is not None:
+        in_use = in_use & reaches(owner, tx, ty)
     tile = jnp.where(in_use, ty * grid.tiles_x + tx, grid.num_tiles).astype(jnp.int32)
     tile_sorted, rank_sorted = sort_by_tile(tile, rank, grid.num_tiles, n)
     return by_depth[rank_sorted], array_ops.run_starts(tile_sorted, grid.num_tiles)
 
 
-def bin_gaussians(proj: Projected, grid: TileGrid, isect_capacity: int, platform: str) -> Bins:
+def bin_gaussians(proj: Projected, grid: TileGrid, isect_capacity: int, platform: str, tight: bool = False) -> Bins:
     """Every (Gaussian, tile) intersection, sorted by tile then depth.
 
     Args:
@@ -155,18 +202,23 @@ def bin_gaussians(proj: Projected, grid: TileGrid, isect_capacity: int, platform
       grid: the image's tiles.
       isect_capacity: static size of the intersection buffer.
       platform: the platform the program is built for (its buffer tiers).
+      tight: leave out a 3DGS projection's box tiles its ellipse misses (`ellipse_reaches`).
 
     Returns:
       `Bins`: sorted Gaussian ids [isect_capacity], each tile's [start, end) range [T], tiles per
-      Gaussian [N], the number of intersections needed and whether it exceeded `isect_capacity`.
+      Gaussian [N], the number of intersections needed and whether it exceeded `isect_capacity`
+      (both counted over the boxes' tiles: the buffer holds those before the sort).
 
     The buffer is sized for the most demanding view with room to grow, and a view often needs a
     fraction of it: the owner search and the sort (the binning's cost) run on the smallest of
     `buffer_tiers(isect_capacity, platform)` that holds this view's intersections (`lax.switch`), and the slots
     past it are left empty (id 0, in no tile's range). The lists are those of the full buffer.
     The slots are laid out front to back: a buffer too small keeps the nearest Gaussians'.
+    With `tight`, a 3DGS projection's box tiles that the ellipse misses are left out of the lists
+    (`ellipse_reaches`); other projections (2DGS's disks) keep their boxes' tiles.
     """
     lo_t, n_xy = tile_rect(proj, grid)
+    reaches = ellipse_reaches(proj, grid) if tight and isinstance(proj, Projected) else None
     counts = n_xy[:, 0] * n_xy[:, 1]
     by_depth = depth_order(proj.depths)
     counts_by_depth = counts[by_depth]
@@ -175,7 +227,7 @@ def bin_gaussians(proj: Projected, grid: TileGrid, isect_capacity: int, platform
     total = ends[-1]
 
     def at(size):
-        ids, bounds = _sorted_lists(size, lo_t, n_xy, by_depth, counts_by_depth, starts, total, grid)
+        ids, bounds = _sorted_lists(size, lo_t, n_xy, by_depth, counts_by_depth, starts, total, grid, reaches)
         return jnp.pad(ids, (0, isect_capacity - size)), bounds
 
     sizes = buffer_tiers(isect_capacity, platform)

@@ -63,6 +63,9 @@ class RasterizerOptions(NamedTuple):
     groups: int = 0  # flat: tiles sorted by workload and cut into this many groups, walked one after
     # another (0: automatic, `rasterize_flat.auto_groups`: on a CPU about 16 tiles each, at most 16; 1 elsewhere)
     tile_batch: int = 0  # standard: tiles vmapped together (0: all)
+    tight_tiles: bool = False  # binning (3DGS): leave out the box tiles the ellipse misses (`binning.ellipse_reaches`);
+    # off: on a CPU it saved no time on a real capture though it drops up to a fifth of the pairs (figure:
+    # tight-tiles, benchmarks/results/library_figures.md), so it waits for a measurement on an accelerator
 
 
 class Splatting(NamedTuple):

@@ -192,7 +192,8 @@ def _render_one(rc: RenderConfig, x: RenderInputs):
     # binning is discrete: keep autodiff out of it (no tangents through the sort). Its outputs are
     # pinned whole too: else XLA's partitioner split its cumulative sum after the per-Gaussian
     # statistics that read them (figure: pinned-binning, benchmarks/results/library_figures.md)
-    bins = gathered(bin_gaussians(jax.lax.stop_gradient(proj), grid, rc.isect_capacity, cfg.layout.platform), cfg.layout)
+    bins = gathered(bin_gaussians(jax.lax.stop_gradient(proj), grid, rc.isect_capacity, cfg.layout.platform,
+                                  tight=cfg.options.tight_tiles), cfg.layout)
     geom = jnp.concatenate([proj.means2d, proj.quad, proj.opacities[:, None]], -1)  # blend.GEOM_ROWS
     image, alpha = composite(cfg, geom, feats, bg, x.probe, bins.lists)
     if render_mode.endswith("ED"):
