@@ -6,6 +6,8 @@ through DLPack. No math here: rendering and training are `jax_backend`'s."""
 from __future__ import annotations
 
 import functools
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Dict, List, Literal, Optional, Type
@@ -338,13 +340,18 @@ class JaxGSModel(SplatfactoModel):
     def get_outputs(self, camera) -> Dict[str, torch.Tensor]:
         return self.render(camera)
 
+    view_timer = None  # the trainer's `viewer.LiveView.rendered`: told each viewer render's seconds
+
     @torch.no_grad()
     def get_outputs_for_camera(self, camera, obb_box=None) -> Dict[str, torch.Tensor]:
-        self.crop_box = obb_box
+        self.crop_box, t0 = obb_box, time.perf_counter()
         try:
-            return self.render(camera.reshape((1,)) if camera.shape == () else camera[:1])
+            out = self.render(camera.reshape((1,)) if camera.shape == () else camera[:1])
         finally:
             self.crop_box = None
+        if self.view_timer is not None and type(threading.current_thread()).__name__ == "RenderStateMachine":
+            self.view_timer(time.perf_counter() - t0)
+        return out
 
     def get_gt_img(self, image: torch.Tensor):
         if image.dtype == torch.uint8:

@@ -16,7 +16,7 @@ import torch
 import tyro
 from nerfstudio.engine.trainer import Trainer, TrainerConfig
 from nerfstudio.utils import writer
-from nerfstudio.utils.decorators import check_main_thread
+from nerfstudio.utils.decorators import check_main_thread, check_viewer_enabled
 from nerfstudio.utils.writer import EventName
 
 from jax_backend.files import atomic_open, remove_stale_temps
@@ -24,6 +24,7 @@ from jax_backend.training.schedule import crossed  # light: no JAX import at con
 
 from .errors import InputError
 from .resume import SIGNALS, Interrupts, resolve_load_dir, resume_command, say_last
+from .viewer import LiveView
 
 
 @dataclass
@@ -122,6 +123,24 @@ class JaxGSTrainer(Trainer):
                 config.set_process_id(jax.process_index())
                 config.save_config()  # ns-train's save came before the rank was known
         super().__init__(config, local_rank, world_size)
+
+    @check_viewer_enabled
+    def _update_viewer_state(self, step: int) -> None:
+        """After each block: the viewer's step, and the clients' views re-rendered with the new
+        Gaussians when `LiveView` says so (nerfstudio's legacy viewer: its own rule)."""
+        viewer = self.viewer_state
+        if viewer is None or not hasattr(viewer, "render_statemachines"):
+            return super()._update_viewer_state(step)
+        while time.time() - viewer.last_move_time < 0.1:  # as nerfstudio: a moving camera comes first
+            time.sleep(0.05)
+        live = getattr(self, "_live_view", None)
+        if live is None:
+            live = self._live_view = LiveView()
+            self.pipeline.model.view_timer = live.rendered
+        try:
+            live.after_block(viewer, step, time.monotonic())
+        except RuntimeError:  # as nerfstudio: a viewer hiccup does not stop training
+            time.sleep(0.03)
 
     def _load_checkpoint(self) -> None:
         """nerfstudio's, after checking what `--load-dir`/`--load-checkpoint` point at."""

@@ -47,3 +47,71 @@ def watch_first_views(viewer) -> None:
             client.camera.wxyz = first.wxyz
 
     viewer.viser_server.on_client_connect(on_connect)
+
+
+MAX_WAIT = 10.0  # seconds: the longest a live view waits between re-renders while training
+RECENT = 5  # render times remembered
+
+
+class LiveView:
+    """When the viewer shows training's progress: after a block, each connected client's view is
+    re-rendered with the new Gaussians when the time since the last such render is at least
+    `train_util / (1 - train_util)` renders' worth (the viewer's "Train Util": training keeps that
+    share of the time), at most MAX_WAIT seconds, and no render is still waiting; the panel's
+    step follows every block.
+
+    nerfstudio's own rule (`ViewerState.update_scene`) re-renders every `render_freq` steps from
+    its averaged rays per second, which count a render's compilation: on a CPU the first
+    render's compile put the next one thousands of steps away, so a run's view stayed at step 0.
+    Here a render's cost is the least of its recent durations (a compile falls out as soon as
+    one render reuses the program)."""
+
+    def __init__(self):
+        self.last_sent = None  # time.monotonic() of the last re-render asked for
+        self.durations = []  # seconds of the recent viewer renders
+
+    def rendered(self, seconds: float) -> None:
+        """A viewer render took `seconds`."""
+        self.durations = (self.durations + [float(seconds)])[-RECENT:]
+
+    def wait(self, train_util: float) -> float:
+        """Seconds to leave between re-renders (0 before any render was timed)."""
+        if not self.durations:
+            return 0.0
+        if train_util >= 1.0:
+            return MAX_WAIT
+        share = max(train_util, 0.0) / (1.0 - max(train_util, 0.0))
+        return min(min(self.durations) * share, MAX_WAIT)
+
+    def due(self, now: float, train_util: float, pending: bool) -> bool:
+        """Whether to re-render after the block that ended at `now` (`pending`: a client's
+        render is still waiting or under way)."""
+        if pending:
+            return False
+        return self.last_sent is None or now - self.last_sent >= self.wait(train_util)
+
+    def after_block(self, viewer, step: int, now: float) -> bool:
+        """After a block that ended at step `step`: the panel's step, and the clients' views
+        re-rendered when due (nerfstudio's "step" render action). Returns whether they were."""
+        from nerfstudio.viewer.render_state_machine import RenderAction
+
+        viewer.step = step
+        viewer.update_step(step)
+        machines = getattr(viewer, "render_statemachines", {})
+        if not machines:
+            return False
+        pending = any(m.next_action is not None or m.render_trigger.is_set() for m in machines.values())
+        panel = getattr(viewer, "control_panel", None)
+        util = float(getattr(panel, "train_util", getattr(viewer, "train_util", 0.9)))
+        if not self.due(now, util, pending):
+            return False
+        clients = viewer.viser_server.get_clients()
+        for cid, machine in machines.items():
+            if cid in clients:
+                state = viewer.get_camera_state(clients[cid])
+                if state is not None:
+                    machine.action(RenderAction("step", state))
+        viewer.update_camera_poses()
+        viewer.last_step = step
+        self.last_sent = now
+        return True

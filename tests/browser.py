@@ -95,3 +95,26 @@ class Browser:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
             shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def canvas(png: bytes):
+    """The 3D canvas of a nerfstudio viewer screenshot (left of the control panel, below the bar)."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    im = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(np.float64)
+    h, w, _ = im.shape
+    return im[int(0.15 * h):int(0.95 * h), int(0.05 * w):int(0.70 * w)]
+
+
+def shows_a_render(canvas) -> bool:
+    """viser's empty canvas is near-black (about 20-30 grey levels, train cameras as specks), a page
+    that failed to load is white or flat: a frame of the fox fills the canvas with lit, varied
+    colour."""
+    import numpy as np
+
+    lum = canvas.mean(-1)
+    lit = np.mean(lum > 50)
+    return lit > 0.6 and np.median(lum) < 235 and canvas.std() > 6

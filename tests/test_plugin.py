@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("nerfstudio")
 
+from browser import canvas as _canvas, shows_a_render as _shows_a_render  # noqa: E402
 from commands import BIN, FOX, run_command  # noqa: E402
 from commands import command_env as _env  # noqa: E402
 
@@ -66,26 +67,6 @@ def test_ns_train_lists_jax_gs_with_its_settings():
 
 def _run(args):
     return run_command(args)
-
-
-def _canvas(png: bytes):
-    """The 3D canvas of a nerfstudio viewer screenshot (left of the control panel, below the bar)."""
-    import io
-
-    from PIL import Image
-
-    im = np.asarray(Image.open(io.BytesIO(png)).convert("RGB")).astype(np.float64)
-    h, w, _ = im.shape
-    return im[int(0.15 * h):int(0.95 * h), int(0.05 * w):int(0.70 * w)]
-
-
-def _shows_a_render(canvas) -> bool:
-    """viser's empty canvas is near-black (about 20-30 grey levels, train cameras as specks), a page
-    that failed to load is white or flat: a frame of the fox fills the canvas with lit, varied
-    colour."""
-    lum = canvas.mean(-1)
-    lit = np.mean(lum > 50)
-    return lit > 0.6 and np.median(lum) < 235 and canvas.std() > 6
 
 
 def viewer_shows_the_render(config, tmp_path, timeout=300):
