@@ -25,8 +25,6 @@ PIECES = (
     ("budget", "no Gaussian budget (jax-gs: max-gaussians 0), not 100,000", "--pipeline.model.max-gaussians 0"),
     ("window", "densify from step 500 to the end (jax-gs's warmup-length and stop-split-at), not 300 to 1700",
      "--pipeline.model.warmup-length 500 --pipeline.model.stop-split-at 15000"),
-    ("decay", "the means' rate decaying over 30,000 steps (jax-gs), not over the run",
-     "--optimizers.means.scheduler.max-steps 30000"),
     ("sh", "an SH band every 1,000 steps (jax-gs), not every 500", "--pipeline.model.sh-degree-interval 1000"),
 )
 

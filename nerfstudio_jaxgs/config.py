@@ -84,25 +84,16 @@ jax_gs_method = MethodSpecification(
 
 FAST_STEPS = 2000
 
-
-def _fast_optimizers(steps: int) -> dict:
-    """splatfacto's groups, the means' rate decaying to its final value over the run's `steps`
-    (not over 30,000)."""
-    groups = copy.deepcopy(OPTIMIZERS)
-    groups["means"]["scheduler"].max_steps = steps
-    return groups
-
-
 # jax-gs-fast: splatfacto's losses, rates and density control, with the run shaped for time to
 # quality (docs/time_to_quality.md has each piece's measured effect): FAST_STEPS steps, most of them
 # at quarter and half resolution (full resolution for the last 15%), densification from step 300
 # to the start of full resolution under a Gaussian budget (the largest screen gradients first),
-# SH bands every 500 steps, and the means' rate decaying over the run.
+# and SH bands every 500 steps.
 FAST_MODEL = JaxGSModelConfig(full_resolution_at=0.85, warmup_length=300, stop_split_at=1700, max_gaussians=100_000,
                               sh_degree_interval=500)
 
 jax_gs_fast_method = MethodSpecification(
-    config=_trainer_config("jax-gs-fast", FAST_MODEL, _fast_optimizers(FAST_STEPS), max_num_iterations=FAST_STEPS),
+    config=_trainer_config("jax-gs-fast", FAST_MODEL, max_num_iterations=FAST_STEPS),
     description="jax-gs shaped for time to quality: 2,000 steps, mostly at lower resolutions, a Gaussian budget; "
                 "a real capture in minutes on a CPU.",
 )

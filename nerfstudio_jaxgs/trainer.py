@@ -185,6 +185,20 @@ class JaxGSTrainer(Trainer):
         if snapshots is not None:
             snapshots.close()  # waits for the last writes; raises if one failed
         self._after_train()
+        if self.config.viewer.quit_on_train_completion:
+            self._stop_viewer_renders()
+
+    def _stop_viewer_renders(self, timeout: float = 60.0) -> None:
+        """Before the process exits: the viewer's render threads told to stop and waited for, so
+        that none is inside a JAX call when the interpreter shuts down (a daemon thread's render
+        under way at exit aborted the process: "terminate called without an active exception")."""
+        machines = list(getattr(self.viewer_state, "render_statemachines", {}).values())
+        for m in machines:
+            m.running = False
+            m.render_trigger.set()
+        for m in machines:
+            if m.is_alive():
+                m.join(timeout)
 
     def _stop_saving(self, signum: int, done: int, end: int) -> None:
         """After a Ctrl-C or SIGTERM: a checkpoint of the `done` steps reached (unless this run
