@@ -9,17 +9,15 @@ run: the step readouts it showed and how often the canvas changed.
 from __future__ import annotations
 
 import argparse
-import re
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from browser import Browser, canvas, free_port, shows_a_render, wait_for_port  # noqa: E402
+from browser import Browser, free_port, shows_a_render, wait_for_port, watch_run  # noqa: E402
 from commands import BIN, FOX, command_env  # noqa: E402
 
 
@@ -64,16 +62,7 @@ def run_watched(method, steps, out):
         wait_for_port(port, 600, train)
         browser = Browser()
         browser.open(f"http://127.0.0.1:{port}")
-        start = time.time()
-        while train.poll() is None:
-            time.sleep(2)
-            try:
-                shot, text = browser.screenshot(), browser.text()
-            except Exception:
-                break
-            found = re.findall(r"Step:\s*(\d+)", text)
-            if found:
-                seen.append((time.time() - start, int(found[-1]), canvas(shot)))
+        seen = watch_run(browser, train, timeout=3600)
         if train.wait(300):
             raise RuntimeError(f"the watched run failed: {out / 'viewer.log'}")
     finally:

@@ -118,3 +118,24 @@ def shows_a_render(canvas) -> bool:
     lum = canvas.mean(-1)
     lit = np.mean(lum > 50)
     return lit > 0.6 and np.median(lum) < 235 and canvas.std() > 6
+
+
+def watch_run(browser, proc, timeout: float = 900, every: float = 2.0, on_render=None) -> list:
+    """While `proc` (an ns-train with the viewer open in `browser`) runs: a screenshot every
+    `every` seconds, [(seconds, the panel's step readout, canvas)]; `on_render(png)` is called with
+    each screenshot that shows a render."""
+    import re
+
+    start, seen = time.time(), []
+    while proc.poll() is None and time.time() - start < timeout:
+        time.sleep(every)
+        try:
+            shot, text = browser.screenshot(), browser.text()
+        except Exception:  # the run ended and its viewer went away between the poll and the shot
+            break
+        found = re.findall(r"Step:\s*(\d+)", text)
+        if found:
+            seen.append((time.time() - start, int(found[-1]), canvas(shot)))
+            if on_render is not None and shows_a_render(seen[-1][2]):
+                on_render(shot)
+    return seen

@@ -2,16 +2,14 @@
 training and the canvas shows the scene changing from block to block."""
 from __future__ import annotations
 
-import re
 import subprocess
-import time
 
 import numpy as np
 import pytest
 
 pytest.importorskip("nerfstudio")
 
-from browser import Browser, canvas, find_chromium, free_port, shows_a_render, wait_for_port  # noqa: E402
+from browser import Browser, find_chromium, free_port, shows_a_render, wait_for_port, watch_run  # noqa: E402
 from commands import BIN, FOX, command_env  # noqa: E402
 
 
@@ -34,18 +32,7 @@ def test_the_viewer_follows_a_run_while_it_trains(tmp_path):
         wait_for_port(port, 600, train)
         browser = Browser()
         browser.open(f"http://127.0.0.1:{port}")
-        start = time.time()
-        while train.poll() is None and time.time() - start < 900:
-            time.sleep(2)
-            try:
-                shot, text = browser.screenshot(), browser.text()
-            except Exception:  # the run ended and its viewer went away between the poll and the shot
-                break
-            found = re.findall(r"Step:\s*(\d+)", text)
-            if found:
-                seen.append((time.time() - start, int(found[-1]), canvas(shot)))
-                if shows_a_render(seen[-1][2]):
-                    (tmp_path / "live.png").write_bytes(shot)
+        seen = watch_run(browser, train, on_render=(tmp_path / "live.png").write_bytes)
         assert train.wait(300) == 0, (tmp_path / "train.log").read_text()[-3000:]
     finally:
         if browser is not None:
