@@ -103,7 +103,8 @@ def trainer_for(method: str, n: int, replicas: int = 1, width: int = WIDTH, heig
     spec = {"jax-gs": methods.jax_gs_method, "jax-gs-mcmc": methods.jax_gs_mcmc_method,
             "jax-2dgs": methods.jax_2dgs_method}[method]
     model = spec.config.pipeline.model
-    cfg = train_config(model, spec.config.max_num_iterations, VIEWS, spec.config.optimizers, "random")
+    cfg = train_config(model, max_steps=spec.config.max_num_iterations, num_train_data=VIEWS,
+                       optimizers=spec.config.optimizers, data_background=None)
     means, quats, scales, opacities, colors, viewmats, Ks = scene_views(n, width, height)
     g = init_from_points(means, colors, sh_degree=cfg.sh_degree, capacity=next_pow2(n))
     import jax.numpy as jnp

@@ -58,6 +58,7 @@ def main():
     import jax
 
     from .accelerator_compile import step_traffic
+    from jax_backend.training.aot import lower_block
     from .train import build_trainer
 
     devs = jax.local_devices()
@@ -75,7 +76,7 @@ def main():
         tr.run_block(a.steps)
         jax.block_until_ready(tr.device_state)
         dt = time.perf_counter() - t0
-        hlo = tr.block_fn(a.steps).lower(tr.device_data, tr.device_state).compile().as_text()
+        hlo = lower_block(tr, a.steps).compile().as_text()
         traffic = step_traffic(hlo, a.steps)
         views = tr.views_per_step
         rows[name] = r = {"steps_per_s": a.steps / dt, "images_per_s": a.steps * views / dt,

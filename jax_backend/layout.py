@@ -174,6 +174,20 @@ class Layout:
             return jax.device_put(tree, self.shardings(tree, per_gaussian))
         return tree
 
+    def place_replicas(self, tree):
+        """Arrays with a leading axis of this process's replicas, each replica its own slice (not
+        copies, as `place` stacks): replica r's slice on its devices only, whole on each of its
+        tile devices (`replica_sharding`)."""
+        sharding, first = self.replica_sharding(), jax.process_index() * self.replicas
+
+        def put(x):
+            x = np.asarray(x)
+            return jax.make_array_from_callback(
+                (self.total_replicas,) + x.shape[1:], sharding,
+                lambda index: x[[r - first for r in range(self.total_replicas)[index[0]]]])
+
+        return jax.tree_util.tree_map(put, tree)
+
     def one_copy(self, tree):
         """From where this layout keeps `tree` (`place`): plain arrays on one device (one replica's
         copy: they are identical; the rows gathered from the tile devices)."""

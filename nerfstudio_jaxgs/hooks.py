@@ -41,11 +41,15 @@ ns-viewer, ns-export, ns-eval and ns-render of a jax-gs config; never for anothe
   connection: a jax-gs scene's viewer opens at a training camera when its default camera sees
   nothing (forward-facing captures). Other methods' viewers are left as they are.
 
-Once the pipeline is built, on its datamanager (`keep_fisheye_images`, from `JaxGSPipeline.__init__`):
+Once the pipeline is built, on its datamanager (`cache_images`, from `JaxGSPipeline.__init__`):
 - nerfstudio's FullImageDatamanager undistorts, while it caches (`_load_images`, behind its
   cached_train and cached_eval), every camera whose distortion parameters are not all zero; the
   fisheyes jax-gs draws natively (`cameras.keeps_its_image`) read zero coefficients while it caches
   and theirs again after, so their images are cached as they are on disk.
+- The training images are cached in host memory whatever --pipeline.datamanager.cache-images says:
+  the engine decides where they go (`jax_backend.Trainer`'s `images`), and torch never holds them
+  on a GPU next to JAX's copy. With cache-images cpu on a machine without CUDA, the evaluation
+  images are cached without pinning them (torch cannot pin memory without an NVIDIA driver).
 
 While the engine reads the training images, with several processes (`training_views`, a context
 manager, from `JaxGSPipeline.ensure_engine`):
@@ -205,9 +209,10 @@ def install_pipeline_hooks() -> None:
     install_first_view()
 
 
-def keep_fisheye_images(datamanager, fisheye: str) -> None:
-    """Make nerfstudio's FullImageDatamanager cache the images of natively drawn fisheyes as they
-    are (module docstring); their intrinsics stay the capture's."""
+def cache_images(datamanager, fisheye: str) -> None:
+    """Make nerfstudio's FullImageDatamanager cache the images as jax-gs needs them (module
+    docstring): the training images in host memory, and natively drawn fisheyes as they are on
+    disk (their intrinsics stay the capture's)."""
     import torch
 
     from .cameras import keeps_its_image
@@ -216,19 +221,32 @@ def keep_fisheye_images(datamanager, fisheye: str) -> None:
     if _ours(load):
         return
 
-    def loading(split, *args, **kwargs):
+    def loading(split, cache_images_device=None):
+        device = cache_images_device or datamanager.config.cache_images
         cams = (datamanager.train_dataset if split == "train" else datamanager.eval_dataset).cameras
         keep = [i for i in range(len(cams)) if keeps_its_image(cams, i, fisheye)]
-        if not keep:
-            return load(split, *args, **kwargs)
         saved = cams.distortion_params  # often one row expanded over the views: replaced, not written
-        zeroed = saved.clone()
-        zeroed[torch.tensor(keep)] = 0.0
-        cams.distortion_params = zeroed
+        if keep:
+            zeroed = saved.clone()
+            zeroed[torch.tensor(keep)] = 0.0
+            cams.distortion_params = zeroed
         try:
-            return load(split, *args, **kwargs)
+            if split == "train" or (device == "cpu" and not torch.cuda.is_available()):
+                return on_host(split, device)
+            return load(split, cache_images_device=device)
         finally:
             cams.distortion_params = saved
+
+    def on_host(split, device):  # nerfstudio's "gpu" caching onto the CPU device: no pinned copy
+        torch_device = datamanager.device
+        datamanager.device = "cpu"
+        try:
+            return load(split, cache_images_device="gpu")
+        finally:
+            datamanager.device = torch_device
+            if split == "train":  # where nerfstudio's own caching leaves its training cameras
+                cameras = datamanager.train_dataset.cameras
+                datamanager.train_cameras = cameras.to(torch_device) if device == "gpu" else cameras
 
     datamanager._load_images = _mark(loading)
 

@@ -52,10 +52,9 @@ class JaxGSModelConfig(SplatfactoModelConfig):
     as the INRIA code and gsplat's trainer write): jax-gs then moves them by the dataparser's
     transform and scale (dataparser_transforms.json), rotating their SH colours with them."""
     full_resolution_at: float = 0.5
-    """Coarse to fine (splatfacto's num-downscales and resolution-schedule): the run trains at full
-    resolution from this fraction of --max-num-iterations at the latest, its coarse levels shortened
-    to fit (splatfacto's 30,000-step schedule reaches it at step 6,000, well before 0.5). Lower
-    resolutions cost a fraction of a full one's step: jax-gs-fast trains at them longer (0.85)."""
+    """Coarse to fine (splatfacto's num-downscales and resolution-schedule): full resolution from this fraction of
+    --max-num-iterations at the latest, the coarse levels shortened to fit (splatfacto's 30,000 steps reach it at
+    step 6,000). A lower resolution's step costs a fraction of a full one's: jax-gs-fast trains there longer (0.85)."""
     steps_per_block: int = 100
     """Training steps compiled into one XLA program (one trainer iteration advances this many)."""
     rasterizer: Literal["auto", "flat", "standard", "pallas"] = "auto"
@@ -87,14 +86,11 @@ class JaxGSModelConfig(SplatfactoModelConfig):
     evaluation view under the run's folder (snapshots/), from a background thread while the next
     block trains (0: never)."""
     viewer_bucket: int = 64
-    """Viewer renders are padded up to a multiple of this many pixels, so moving the camera or
-    small window changes do not recompile."""
+    """Viewer renders are padded up to a multiple of this many pixels: small window changes do not recompile."""
     num_devices: int = 0
-    """Data-parallel devices (one program over a mesh of them, gradients averaged with pmean): 0 = all local devices on
-    an accelerator, one on a CPU (whose cores deal each view's tiles instead: tile-devices)
-    (--machine.num-devices sets it too). Each device renders views_per_device views per step, so
-    one step trains on num_devices x views_per_device views; the step count and learning-rate
-    schedule stay per step."""
+    """Data-parallel devices (one program over a mesh of them, gradients averaged with pmean; --machine.num-devices
+    sets it too): 0 = all local devices on an accelerator, one on a CPU (whose cores deal each view's tiles instead:
+    tile-devices). A step trains on num_devices x views_per_device views; the schedules stay per step."""
     views_per_device: int = 1
     """Views each device renders per step (a batch; 1 = the 3DGS recipe)."""
     tile_devices: int = 0
@@ -102,6 +98,10 @@ class JaxGSModelConfig(SplatfactoModelConfig):
     render them side by side, and the Gaussians, their Adam moments and statistics are split over
     them (a scene larger than one chip). 0 = automatic: on a CPU one host device per core, else 1.
     With num-devices D: D replicas of this many devices each (num-devices x tile-devices devices)."""
+    device_memory_gb: float = 0.0
+    """Memory of one device jax-gs may fill, GiB (0: what the device reports; a CPU reports none).
+    Training images that would take over half of it stay in host memory, each block's views copied
+    to the device ahead of it (as with --pipeline.datamanager.cache-images cpu)."""
     seed: int = 0
 
     splats: ClassVar[str] = "3dgs"  # the kind of splat trained (`settings.splat_kind`); not a setting

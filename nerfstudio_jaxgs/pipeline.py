@@ -18,22 +18,22 @@ from . import checkpoint
 from .cameras import camera_model, cameras_to_opencv, training_camera_model
 from .checks import check_scene, check_views
 from .errors import InputError, user_errors
-from .hooks import install_pipeline_hooks, keep_fisheye_images, no_prompts, training_views
+from .hooks import cache_images, install_pipeline_hooks, no_prompts, training_views
 from .model import NO_TORCH_LOSS
 from .settings import check_datamanager
 
 
 def build_engine(model, dataset, scene_extent: float, max_steps: int, optimizers=None, camera_model: str = "pinhole",
-                 resume=None):
-    """The JAX trainer for `model`'s settings and Gaussians on the on-device `dataset` (its views
-    drawn as `camera_model`), for a run ending at step `max_steps` (`optimizers`: nerfstudio's
-    `--optimizers` dict), resumed from `resume` (a checkpoint's `checkpoint.Loaded` training
-    state) when given."""
+                 resume=None, datamanager=None):
+    """The JAX trainer for `model`'s settings and Gaussians on `dataset` (its views drawn as
+    `camera_model`; its images kept where `settings.images_place` says, from `datamanager`'s
+    config), for a run ending at step `max_steps` (`optimizers`: nerfstudio's `--optimizers`
+    dict), resumed from `resume` (a checkpoint's `checkpoint.Loaded` training state) when given."""
     import jax
 
     from jax_backend import Trainer
 
-    from .settings import layout, train_config
+    from .settings import images_place, layout, train_config
 
     c = model.config
     if resume is not None:  # before any engine is built for a run it cannot resume
@@ -41,10 +41,19 @@ def build_engine(model, dataset, scene_extent: float, max_steps: int, optimizers
     cfg = train_config(c, max_steps=max_steps, num_train_data=model.num_train_data, optimizers=optimizers,
                        data_background=model.data_background, camera_model=camera_model)
     try:  # the capacity grows on the host as density control needs it
+        images, device_bytes = images_place(c, datamanager)
         engine = Trainer(cfg, dataset, model.gaussians, scene_extent, log=print, layout=layout(c),
-                         views_per_device=c.views_per_device)
+                         views_per_device=c.views_per_device, images=images, device_bytes=device_bytes)
     except ValueError as e:  # the engine's own checks of the settings (views per step against the views)
         raise InputError(f"device settings: {e}") from None
+    if engine.images_where == "host":
+        why = ("--pipeline.datamanager.cache-images cpu" if images == "host" else
+               f"{engine.images_why}: --pipeline.model.device-memory-gb")
+        rows = engine.images.rows(c.steps_per_block)
+        print(f"[jax-gs] the {dataset.num_views} training images ({dataset.image_bytes / 2**30:.2f} GiB) stay in host "
+              f"memory ({why}); each block's views ({rows} images at most, "
+              f"{rows * dataset.image_bytes / dataset.num_views / 2**20:.0f} MiB) are copied to the device while the "
+              f"block before trains")
     if engine.views_per_step > 1:
         hosts = f"{engine.layout.processes} process(es) x " if engine.layout.processes > 1 else ""
         print(f"[jax-gs] data parallel: {hosts}{engine.layout.replicas} device(s) x {c.views_per_device} view(s) "
@@ -87,7 +96,7 @@ class JaxGSPipeline(VanillaPipeline):
         check_datamanager(dm)
         with no_prompts(), user_errors(f"loading the scene {data}"):
             super().__init__(config, *args, **kwargs)
-        keep_fisheye_images(self.datamanager, self.model.config.fisheye)
+        cache_images(self.datamanager, self.model.config.fisheye)
         self.engine = None  # jax_backend.Trainer, built on first training use (`ensure_engine`)
         self.resume_from = None  # a loaded checkpoint's training state (`checkpoint.Loaded`) until the engine is built
         test_mode = kwargs.get("test_mode", args[1] if len(args) > 1 else "val")
@@ -164,11 +173,16 @@ class JaxGSPipeline(VanillaPipeline):
         if "mask" in cached[0]:
             masks = [np.asarray(d["mask"].cpu().numpy())[..., 0].astype(bool) for d in cached]
         viewmats = viewmats[mine]
-        data = make_dataset(images, viewmats, Ks, masks, distortions)
+        data = make_dataset(images, viewmats, Ks, masks, distortions, on_device=False)  # the engine places them
+        sizes = [im.shape[:2] for im in images]
+        del images, masks, cached
+        # nerfstudio's cache (which it reads for its rays per batch) as views of that one host copy
+        dm.__dict__["cached_train"] = [{"image": torch.from_numpy(data.images[i, :h, :w])}
+                                       for i, (h, w) in enumerate(sizes)]
         if model == "fisheye":
-            print(f"[jax-gs] training the {len(images)} fisheye views as fisheyes, on their whole frames "
+            print(f"[jax-gs] training the {len(sizes)} fisheye views as fisheyes, on their whole frames "
                   f"(--pipeline.model.fisheye native)")
-        self.engine = build_engine(self.model, data, extent, max_steps, optimizers, model, self.resume_from)
+        self.engine = build_engine(self.model, data, extent, max_steps, optimizers, model, self.resume_from, dm.config)
         self.resume_from = None  # in the engine now
         self._publish()
         return self.engine

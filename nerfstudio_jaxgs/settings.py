@@ -247,3 +247,16 @@ def train_config(config, *, max_steps: int, num_train_data: int, optimizers: dic
                        resolution_schedule=config.resolution_schedule,
                        full_resolution_at=config.full_resolution_at, optim=optim_config(optimizers),
                        splats=splat_kind(config), camera_model=camera_model, seed=config.seed)
+
+
+def images_place(config, datamanager) -> tuple:
+    """(where, device bytes) for the engine's training images (`jax_backend.Trainer`'s `images`
+    and `device_bytes`): "host" for --pipeline.datamanager.cache-images cpu (which nerfstudio also
+    chooses itself for over 500 images), else "auto" (on the device unless they would take over
+    half of it); --pipeline.model.device-memory-gb (0: what the device reports) in bytes."""
+    gb = float(config.device_memory_gb)
+    if not gb >= 0:
+        raise InputError(f"--pipeline.model.device-memory-gb {config.device_memory_gb}: must be 0 (what the device "
+                         f"reports) or a size in GiB")
+    where = "host" if getattr(datamanager, "cache_images", "gpu") == "cpu" else "auto"
+    return where, (int(gb * 2**30) if gb > 0 else None)

@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # NamedTuple's public API and the standard library's, spelt with an underscore
 PUBLIC_UNDERSCORED = {"_replace", "_fields", "_asdict", "_make", "_field_defaults", "_exit", "_getframe"}
 # nerfstudio's InputDataset keeps the mask files only there (nerfstudio's own code reads it so)
-# and FullImageDatamanager undistorts only inside its `_load_images` (hooks.keep_fisheye_images)
+# and FullImageDatamanager undistorts only inside its `_load_images` (hooks.cache_images)
 NERFSTUDIO_PRIVATE = {("nerfstudio_jaxgs/checks.py", "_dataparser_outputs"),
                       ("nerfstudio_jaxgs/hooks.py", "_load_images")}
 

@@ -209,6 +209,6 @@ def test_a_block_with_the_rows_split_compiles_for_other_devices_with_its_share_o
         target = jax.local_devices()[2:2 + n]
         compiled = aot.lower_block(tr, 2, target).compile()
         sizes[n] = compiled.memory_analysis().argument_size_in_bytes
-        assert {d.id for d in compiled.input_shardings[0][1].gaussians.alive.device_set} == {d.id for d in target}
+        assert {d.id for d in compiled.input_shardings[0][2].gaussians.alive.device_set} == {d.id for d in target}
     state = 8192 * (3 + 3 + 4 + 1 + 3 + 9) * 4 * 3  # parameters and Adam's two moments, float32
     assert sizes[1] - sizes[2] > 0.4 * state, sizes

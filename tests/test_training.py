@@ -205,7 +205,7 @@ def test_coarse_to_fine_training_resolution(scene):
 
     _, train, _ = scene
     views = jnp.arange(2)
-    images, masks, Ks, w, h = downscale_views(train, views, 2)
+    images, masks, Ks, w, h = downscale_views(train.images[views], train.masks[views], train.Ks[views], 2)
     full = np.asarray(train.images[:2], np.float32) / 255.0
     H, W = full.shape[1] // 2 * 2, full.shape[2] // 2 * 2
     expect = full[:, :H, :W].reshape(2, H // 2, 2, W // 2, 2, -1).mean((2, 4))

@@ -3,6 +3,7 @@ views of each step are drawn (`ViewPlan`), and the scene's extent from its camer
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple, Optional
 
 import jax
@@ -11,8 +12,10 @@ import numpy as np
 
 
 class Dataset(NamedTuple):
-    """Every training view on the device. Images of different sizes are padded to the largest;
-    `masks` marks the real (and, with user masks, the wanted) pixels."""
+    """Every training view: its image, mask and camera. Images of different sizes are padded to the
+    largest; `masks` marks the real (and, with user masks, the wanted) pixels. The cameras are on
+    the device; the images and masks too, or numpy arrays in host memory (`make_dataset`'s
+    `on_device`; where training keeps them: `image_tables`)."""
 
     images: jnp.ndarray  # [V, H, W, 3|4] uint8
     masks: jnp.ndarray  # [V, H, W] bool
@@ -32,13 +35,23 @@ class Dataset(NamedTuple):
     def width(self) -> int:
         return self.images.shape[2]
 
+    @property
+    def image_bytes(self) -> int:
+        """Bytes of the images and masks."""
+        return int(self.images.nbytes + self.masks.nbytes)
+
+    def cameras_only(self) -> "Dataset":
+        """The cameras, without the images and masks (None)."""
+        return self._replace(images=None, masks=None)
+
 
 def _opaque(im):
     return 255 if im.dtype == np.uint8 else 1.0
 
 
-def make_dataset(images, viewmats, Ks, masks=None, distortions=None) -> Dataset:
-    """Pad the views to one size and put them on the device.
+def make_dataset(images, viewmats, Ks, masks=None, distortions=None, on_device: bool = True) -> Dataset:
+    """Pad the views to one size and put them on the device (the images and masks stay numpy
+    arrays in host memory when `on_device` is False).
 
     Args:
       images: list of [H_i, W_i, 3|4] uint8 (or float in [0, 1]) arrays, or one [V, H, W, C] array.
@@ -75,8 +88,8 @@ def make_dataset(images, viewmats, Ks, masks=None, distortions=None) -> Dataset:
     distortions = np.zeros((V, 4), np.float32) if distortions is None else np.asarray(distortions, np.float32)
     if distortions.shape != (V, 4):
         raise ValueError(f"need distortions [V,4] (k1-k4 of each view) for V={V}, got {distortions.shape}")
-    return Dataset(jnp.asarray(out), jnp.asarray(valid), jnp.asarray(viewmats), jnp.asarray(Ks),
-                   jnp.asarray(distortions))
+    place = jnp.asarray if on_device else np.asarray
+    return Dataset(place(out), place(valid), jnp.asarray(viewmats), jnp.asarray(Ks), jnp.asarray(distortions))
 
 
 @dataclass(frozen=True)
@@ -122,8 +135,9 @@ class ViewPlan:
             lanes = lanes + jax.lax.axis_index(self.axis_name) * self.views_per_replica
         return lanes
 
-    def views(self, step):
-        """The [views_per_replica] views this replica trains on at `step` (traced)."""
+    def drawn(self, lanes, step):
+        """(view, position in its lane's row of `table`) of each global lane in `lanes` at `step`:
+        the lane's epoch's random order, a pure function of (seed, lane, step)."""
         table, counts = (jnp.asarray(a) for a in self.table())
         base = jax.random.PRNGKey(self.seed)
 
@@ -133,24 +147,55 @@ class ViewPlan:
             epoch, pos = step // n, step % n
             k = jax.random.fold_in(jax.random.fold_in(base, lane), epoch)
             order = jnp.argsort(jnp.where(table[local] >= 0, jax.random.uniform(k, table.shape[1:]), 2.0))
-            return table[local, order[pos]]
+            return table[local, order[pos]], order[pos]
 
-        return jax.vmap(one)(self.replica_lanes())
+        return jax.vmap(one)(lanes)
+
+    def views(self, step):
+        """The [views_per_replica] views (this host's indices) this replica trains on at `step` (traced)."""
+        return self.drawn(self.replica_lanes(), step)[0]
+
+    def slots(self, step):
+        """Where this replica's [views_per_replica] views of `step` sit in its lanes' image table
+        (`lane_rows`: lane j's views at j * S ... j * S + S - 1, S = `table`'s width) (traced)."""
+        positions = self.drawn(self.replica_lanes(), step)[1]
+        return jnp.arange(self.views_per_replica) * self.table()[0].shape[1] + positions
+
+    def lane_rows(self, replica: int) -> np.ndarray:
+        """The views of this host's `replica`'s image table [views_per_replica * S]: its lanes' rows
+        of `table`, one after the other (a padding slot repeats the lane's first view; none is drawn)."""
+        table = self.table()[0][replica * self.views_per_replica:(replica + 1) * self.views_per_replica]
+        return np.where(table >= 0, table, table[:, :1]).reshape(-1)
+
+    def block_views(self, first: int, num_steps: int) -> np.ndarray:
+        """The views of steps first .. first + num_steps - 1 of every lane of this host, as numpy
+        [num_steps, lanes] (lane order: replica by replica): the same draws as `views` makes on
+        the device, computed ahead of the block."""
+        lanes = self.lane_offset + np.arange(self.lanes)
+        steps = first + np.arange(num_steps, dtype=np.int32)
+        return np.asarray(_block_draws(self, lanes, steps))
 
 
-def downscale_views(data: Dataset, views, factor: int):
-    """The given views' images as float targets, downscaled by a static integer `factor` (the
-    mean of each factor x factor block; a block is valid when all its pixels are), and their
-    intrinsics scaled to match.
+@partial(jax.jit, static_argnums=0)
+def _block_draws(plan: ViewPlan, lanes, steps):
+    return jax.vmap(lambda step: plan.drawn(lanes, step)[0])(steps)
+
+
+def downscale_views(images, masks, Ks, factor: int):
+    """Views' images as float targets, downscaled by a static integer `factor` (the mean of each
+    factor x factor block; a block is valid when all its pixels are), and their intrinsics scaled
+    to match.
+
+    Args:
+      images: [B, H, W, C] uint8; masks: [B, H, W] bool; Ks: [B, 3, 3].
 
     Returns:
       (images [B, H/f, W/f, C] float32 in [0, 1], masks [B, H/f, W/f], Ks [B, 3, 3], width, height).
     """
-    images = data.images[views].astype(jnp.float32) / 255.0
-    masks, Ks = data.masks[views], data.Ks[views]
-    if factor == 1:
-        return images, masks, Ks, data.width, data.height
+    images = images.astype(jnp.float32) / 255.0
     B, H, W, C = images.shape
+    if factor == 1:
+        return images, masks, Ks, W, H
     Ks, w, h = downscaled_cameras(Ks, W, H, factor)
     images = images[:, : h * factor, : w * factor].reshape(B, h, factor, w, factor, C).mean((2, 4))
     masks = masks[:, : h * factor, : w * factor].reshape(B, h, factor, w, factor).all((2, 4))

@@ -13,6 +13,7 @@ import optax
 from .. import array_ops
 from ..layout import Layout
 from .data import Dataset, ViewPlan, downscale_views
+from .image_tables import ImageTable, step_images
 from .gaussians import Gaussians, activated
 from .bilateral import BilateralGridConfig
 from .cameras import CameraOptConfig
@@ -150,10 +151,10 @@ def rendered_views(cfg: TrainConfig, layout: Layout, isect_capacity: int, params
 
 
 def train_step(cfg: TrainConfig, opt: Optimizers, layout: Layout, isect_capacity: int, downscale: int, plan: ViewPlan,
-               data: Dataset, state: TrainState, _):
+               data: Dataset, table: ImageTable, state: TrainState, index):
     """One optimisation step on this replica's views: the loss of the renders (through the per-view
-    corrections) against the images, its gradients, one update of every optimizer group, the
-    strategy's statistics. With `plan.axis_name` the gradients are the mean over every replica's
+    corrections) against the images (`table`'s, the block's `index`-th step; `data`: the cameras),
+    its gradients, one update of every optimizer group, the strategy's statistics. With `plan.axis_name` the gradients are the mean over every replica's
     views (`lax.pmean`) and the statistics summed, so every replica takes the same update.
 
     `layout` (the devices the step is built for), `isect_capacity` and `downscale` (the training
@@ -162,7 +163,8 @@ def train_step(cfg: TrainConfig, opt: Optimizers, layout: Layout, isect_capacity
     [views_per_replica])."""
     key, k_bg, k_noise = jax.random.split(state.key, 3)
     views, g, strategy, fixes = plan.views(state.step), state.gaussians, cfg.strategy, cfg.corrections
-    images, masks, Ks, width, height = downscale_views(data, views, downscale)
+    images, masks, Ks, width, height = downscale_views(*step_images(plan, table, state.step, index), data.Ks[views],
+                                                       downscale)
     bgs = jax.vmap(lambda lane: background_color(cfg.background, jax.random.fold_in(k_bg, lane)))(plan.replica_lanes())
     targets = step_targets(images, bgs)
 
@@ -200,14 +202,16 @@ def refine_state(cfg: TrainConfig, tx, scene_extent: float, state: TrainState, s
 
 
 def train_block(cfg: TrainConfig, opt: Optimizers, layout: Layout, scene_extent: float, isect_capacity: int,
-                downscale: int, num_steps: int, plan: ViewPlan, data: Dataset, state: TrainState):
-    """`num_steps` steps in one `lax.scan`, then density control. Per-step metrics come back as
-    arrays [num_steps, views_per_replica]. Data parallel, every replica holds the same state and
-    statistics, so the density control below runs on each and agrees, with no host round trip."""
+                downscale: int, num_steps: int, plan: ViewPlan, data: Dataset, table: ImageTable,
+                state: TrainState):
+    """`num_steps` steps in one `lax.scan` on the cameras of `data` and the images of `table`, then
+    density control. Per-step metrics come back as arrays [num_steps, views_per_replica]. Data
+    parallel, every replica holds the same state and statistics, so the density control below runs
+    on each and agrees, with no host round trip."""
     step_before, tx = state.step, opt.gaussians
     state = placed(layout, tx, state)  # per-Gaussian rows split over the tile devices
-    state, metrics = jax.lax.scan(partial(train_step, cfg, opt, layout, isect_capacity, downscale, plan, data),
-                                  state, None, length=num_steps)
+    state, metrics = jax.lax.scan(partial(train_step, cfg, opt, layout, isect_capacity, downscale, plan, data, table),
+                                  state, jnp.arange(num_steps))
     # no run ends on a refinement: nothing is densified, pruned or reset after the last step
     # a select, not a cond (`array_ops.where_tree`: TPU layouts)
     state, info = array_ops.where_tree(state.step < cfg.max_steps, refine_state(cfg, tx, scene_extent, state, step_before),

@@ -17,6 +17,7 @@ from ..layout import REPLICA_AXIS, Layout, make_layout
 from ..rendering import isect_buffer, next_pow2
 from .corrections import corrected_viewmats, values_of
 from .data import Dataset, ViewPlan, downscaled_cameras
+from .image_tables import device_memory, make_images, where_images_go
 from .gaussians import Gaussians, activated
 from .optim import make_optimizers
 from .schedule import sh_degree_at
@@ -52,13 +53,13 @@ def nonfinite_rows(params: dict, alive) -> dict:
 
 
 def per_replica(fn, layout: Layout):
-    """`fn(data, state)` run by every replica of `layout` on its own slice of the leading replica
-    axis (`Layout.place` stacks one copy per replica), under `shard_map` over the layout's mesh:
-    one program for every process's devices, whose collectives over REPLICA_AXIS span the hosts.
-    Its outputs keep the replica axis."""
-    def one(data, state):
+    """`fn(*args)` run by every replica of `layout` on its own slice of the leading replica axis
+    of each argument (`Layout.place` stacks one copy per replica, `Layout.place_replicas` each
+    replica's own), under `shard_map` over the layout's mesh: one program for every process's
+    devices, whose collectives over REPLICA_AXIS span the hosts. Its outputs keep the replica axis."""
+    def one(*args):
         first = partial(jax.tree_util.tree_map, lambda x: x[0])
-        return jax.tree_util.tree_map(lambda x: x[None], fn(first(data), first(state)))
+        return jax.tree_util.tree_map(lambda x: x[None], fn(*map(first, args)))
 
     # manual over the replicas only: inside, each replica's rows split over its tile devices are
     # XLA's to partition (and `rendering.tile_parallel`'s own shard_map over TILE_AXIS)
@@ -79,7 +80,7 @@ class Trainer:
 
     def __init__(self, cfg: TrainConfig, data: Dataset, gaussians: Gaussians, scene_extent: float,
                  isect_capacity: Optional[int] = None, log=print, *, layout: Optional[Layout] = None,
-                 views_per_device: int = 1):
+                 views_per_device: int = 1, images: str = "auto", device_bytes: Optional[int] = None):
         """
         Args:
           cfg: the run's settings.
@@ -95,6 +96,11 @@ class Trainer:
             after `jax.distributed.initialize`) data parallel (`per_replica`).
           views_per_device: views each replica renders per step; the effective batch is the total
             views per step (`views_per_step`).
+          images: where the training images stay while training (`image_tables.where_images_go`):
+            "device", "host" (each block's views copied to the device ahead of it) or "auto" (on
+            the device unless they would take more than half of `device_bytes`).
+          device_bytes: the memory of one device that "auto" weighs the images against (default:
+            what the runtime reports; a CPU reports none).
         """
         self.layout = layout = layout if layout is not None else make_layout()
         cfg.splats.check(cfg.camera_model, cfg.rasterize_mode)
@@ -106,7 +112,10 @@ class Trainer:
                              lane_offset=jax.process_index() * layout.replicas * int(views_per_device), seed=cfg.seed)
         self.plan.table()  # enough views for the lanes
         self.cfg, self.data, self.scene_extent, self.log = cfg, data, float(scene_extent), log
-        self.device_data = layout.place(data)  # on every replica, or whole on each tile device
+        self.device_data = layout.place(data.cameras_only())  # on every replica, or whole on each tile device
+        device_bytes = device_bytes if device_bytes is not None else device_memory(layout)
+        self.images_where, self.images_why = where_images_go(images, data.image_bytes // layout.replicas, device_bytes)
+        self.images = make_images(self.images_where, layout, self.plan, data)
         # every optimizer group: the Gaussians' and each enabled per-view correction's
         self.opt = make_optimizers(cfg.optim, {name: c.optimizer for name, c in cfg.corrections.items()},
                                    self.scene_extent, cfg.max_steps)
@@ -196,7 +205,7 @@ class Trainer:
         """The block program (`train_block`) built for `layout`, not compiled yet."""
         downscale = self.cfg.downscale_at(self.step)  # a block keeps the factor it starts with
         fn = partial(train_block, self.cfg, self.opt, layout, self.scene_extent, self.isect_capacity, downscale,
-                     num_steps, self.plan)
+                     num_steps, self.plan)  # (cameras, images' table, state)
         if not layout.data_parallel:
             return jax.jit(fn)
         return jax.jit(per_replica(fn, layout))
@@ -222,9 +231,11 @@ class Trainer:
     def _dispatch(self, num_steps: int):
         """Run the block from the current state until its intersection buffer was large enough.
         Returns (new device state, metrics as numpy [steps, views per step], RefineInfo)."""
-        before = self.device_state
+        before, first = self.device_state, self.step
+        table = self.images.block_table(first, num_steps)
         while True:
-            state, metrics, info = self.block_fn(num_steps)(self.device_data, before)
+            state, metrics, info = self.block_fn(num_steps)(self.device_data, table, before)
+            self._prefetch_next(first + num_steps)  # host images: copied while this block runs
             if self.layout.data_parallel:  # this process's [replicas, steps, views] -> [steps, replicas * views]
                 metrics = {k: np.moveaxis(v, 0, 1).reshape(v.shape[1], -1)
                            for k, v in self.layout.local_replicas(metrics).items()}
@@ -237,6 +248,12 @@ class Trainer:
             self.isect_capacity = isect_buffer.after_overflow(needed)
             self.log(f"[jax-gs] step {self.step}: intersection buffer too small ({needed} needed); "
                      f"grown to {self.isect_capacity}, block run again")
+
+    def _prefetch_next(self, first: int):
+        """Start copying the images of the block that will start at step `first` (as `run_block`
+        sizes it by default)."""
+        if first < self.cfg.max_steps:
+            self.images.prefetch(first, min(self.cfg.steps_per_block, self.cfg.max_steps - first))
 
     def _check_finite(self, state, metrics, first: int):
         """NonFiniteError naming the first step whose loss is not finite and the parameters with

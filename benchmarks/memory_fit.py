@@ -1,0 +1,182 @@
+"""What fits a device: the bytes a Gaussian, an intersection slot, a training image and a pixel of
+the training resolution cost in training, read from the compiled train blocks' memory analysis
+(arguments + outputs + temporaries - aliased, per device), for this CPU and compiled for TPU
+v5e / v6e and an H200 (compile-only: nothing here ran on a TPU or a GPU).
+
+Each cost is the difference between two compiles of the same block that differ in one size:
+  base: jax-gs's block (100 steps, SH degree 3), 131,072 Gaussian slots, a 1,048,576-slot
+        intersection buffer, 20 views of 1008x756 (snowmiku's size) on the device;
+  Gaussians x2, buffer x2, 200 views (on the device, then in host memory: the block's table
+  holds its 100 steps' views), 1920x1080 views; MCMC (jax-gs-mcmc's block) at both Gaussian counts.
+Then the largest capture each device trains: images x resolution with the images on the device
+and in host memory, for a Gaussian count, from those costs (the buffer at 4 slots a Gaussian:
+twice the 2 intersections a Gaussian of a full-resolution view of snowmiku at 1M Gaussians).
+
+    python -m benchmarks.memory_fit [--targets cpu v5e:2x2 v6e:2x2 h200] [--out FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+SLOTS, BUFFER, VIEWS, SIZE = 1 << 17, 1 << 20, 20, (1008, 756)
+POINTS = {  # name: (method, slots, buffer, views, (width, height), images)
+    "base": ("jax-gs", SLOTS, BUFFER, VIEWS, SIZE, "device"),
+    "gaussians": ("jax-gs", 2 * SLOTS, BUFFER, VIEWS, SIZE, "device"),
+    "buffer": ("jax-gs", SLOTS, 2 * BUFFER, VIEWS, SIZE, "device"),
+    "views": ("jax-gs", SLOTS, BUFFER, 200, SIZE, "device"),
+    "views-host": ("jax-gs", SLOTS, BUFFER, 200, SIZE, "host"),
+    "1080p": ("jax-gs", SLOTS, BUFFER, VIEWS, (1920, 1080), "device"),
+    "mcmc": ("jax-gs-mcmc", SLOTS, BUFFER, VIEWS, SIZE, "device"),
+    "mcmc-gaussians": ("jax-gs-mcmc", 2 * SLOTS, BUFFER, VIEWS, SIZE, "device"),
+}
+MEMORY_GIB = {"v5e": 16, "v6e": 32, "h200": 141e9 / 2**30}  # per chip
+RESOLUTIONS = {"1008x756": (1008, 756), "1920x1080": (1920, 1080), "3840x2160": (3840, 2160)}
+
+
+def build(point: str):
+    """The trainer of one design point, on this host's CPU (its program is then lowered for the target)."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from benchmarks.accelerator_compile import scene_views
+    from jax_backend import Trainer, make_dataset, make_layout
+    from jax_backend.training.gaussians import Gaussians
+    from jax_backend.training.initialization import init_from_points
+    from nerfstudio_jaxgs import config as methods
+    from nerfstudio_jaxgs.settings import train_config
+
+    method, slots, buffer, views, (width, height), images = POINTS[point]
+    spec = {"jax-gs": methods.jax_gs_method, "jax-gs-mcmc": methods.jax_gs_mcmc_method}[method]
+    cfg = train_config(spec.config.pipeline.model, max_steps=spec.config.max_num_iterations, num_train_data=views,
+                       optimizers=spec.config.optimizers)
+    means, quats, scales, opacities, colors, viewmats, Ks = scene_views(slots, width, height)
+    g = init_from_points(means, colors, sh_degree=cfg.sh_degree, capacity=slots)
+    g = Gaussians(dict(g.params, scales=jnp.log(jnp.asarray(scales, jnp.float32))), g.alive)
+    reps = -(-views // len(viewmats))
+    data = make_dataset(np.zeros((views, height, width, 3), np.uint8), np.tile(viewmats, (reps, 1, 1))[:views],
+                        np.tile(Ks, (reps, 1, 1))[:views], on_device=False)
+    tr = Trainer(cfg, data, g, 1.0, isect_capacity=buffer, log=lambda *_: None,
+                 layout=make_layout(replicas=1, tile_devices=1), images=images)
+    tr.state = tr.state._replace(step=jnp.int32(10_000))  # full resolution, SH degree 3, density control live
+    return tr
+
+
+def measure(point: str, target_name: str) -> dict:
+    """In the child process: compile one point's block for one target."""
+    from benchmarks.accelerator_compile import target_devices
+    from jax_backend.training import aot
+
+    tr = build(point)
+    target = None if target_name == "cpu" else target_devices(target_name)
+    t0 = time.perf_counter()
+    mem = aot.lower_block(tr, tr.cfg.steps_per_block, target).compile().memory_analysis()
+    row = {"point": point, "target": target_name, "compile_s": time.perf_counter() - t0}
+    for k in ("argument_size_in_bytes", "output_size_in_bytes", "temp_size_in_bytes", "alias_size_in_bytes"):
+        row[k] = int(getattr(mem, k, 0) or 0)
+    row["bytes"] = (row["argument_size_in_bytes"] + row["output_size_in_bytes"] + row["temp_size_in_bytes"]
+                    - row["alias_size_in_bytes"])
+    return row
+
+
+def costs(rows: dict) -> dict:
+    """Bytes per Gaussian slot (default, MCMC), intersection slot, image (on the device), the block's
+    table in host mode, and the fixed bytes at each resolution (from the base's pixel cost)."""
+    b = rows["base"]["bytes"]
+    w, h = SIZE
+    image = (rows["views"]["bytes"] - b) / (200 - VIEWS)
+    out = {"gaussian": (rows["gaussians"]["bytes"] - b) / SLOTS,
+           "gaussian_mcmc": (rows["mcmc-gaussians"]["bytes"] - rows["mcmc"]["bytes"]) / SLOTS,
+           "slot": (rows["buffer"]["bytes"] - b) / BUFFER,
+           "image_pixel": image / (w * h),
+           "host_table_pixel": (rows["views-host"]["bytes"] - (b - VIEWS * image)) / (w * h)}
+    # what the base holds besides its Gaussians, buffer and images, per pixel of one view (the
+    # step's per-pixel working memory): from the 1080p point
+    rest = b - SLOTS * out["gaussian"] - BUFFER * out["slot"] - VIEWS * image
+    rest_1080 = rows["1080p"]["bytes"] - SLOTS * out["gaussian"] - BUFFER * out["slot"] - VIEWS * image / (w * h) * 1920 * 1080
+    out["step_pixel"] = (rest_1080 - rest) / (1920 * 1080 - w * h)
+    out["fixed"] = rest - out["step_pixel"] * w * h
+    return out
+
+
+def largest(c: dict, memory: float, gaussians: int, size, host: bool, mcmc: bool = False) -> int:
+    """Images of `size` a device of `memory` bytes trains with `gaussians` Gaussians (0: none)."""
+    w, h = size
+    per_gaussian = c["gaussian_mcmc" if mcmc else "gaussian"] + 4 * c["slot"]
+    left = memory - c["fixed"] - c["step_pixel"] * w * h - gaussians * per_gaussian
+    if host:  # two blocks' tables (the one training, the next one copying), whatever the capture's size
+        return 10**9 if left > 2 * c["host_table_pixel"] * w * h else 0
+    return max(int(left // (c["image_pixel"] * w * h)), 0)
+
+
+def report(rows: list, targets: list) -> str:
+    lines = ["# bytes per unit in training, from the compiled train block's memory analysis (per device):"]
+    by = {t: {r["point"]: r for r in rows if r["target"] == t and "error" not in r} for t in targets}
+    cost = {t: costs(by[t]) for t in targets if len(by[t]) == len(POINTS)}
+    lines.append(f"{'target':>9} {'Gaussian':>9} {'(MCMC)':>8} {'buffer slot':>11} {'image px':>9} "
+                 f"{'host table px':>13} {'step px':>8} {'fixed MiB':>9}")
+    for t, c in cost.items():
+        lines.append(f"{t:>9} {c['gaussian']:>9.0f} {c['gaussian_mcmc']:>8.0f} {c['slot']:>11.1f} "
+                     f"{c['image_pixel']:>9.2f} {c['host_table_pixel']:>13.1f} {c['step_pixel']:>8.0f} "
+                     f"{c['fixed'] / 2**20:>9.0f}")
+    lines.append("\n# the largest capture a chip trains (jax-gs, SH degree 3, the buffer at 4 slots a Gaussian):")
+    for t, c in cost.items():
+        chip = t.split(":")[0]
+        if chip not in MEMORY_GIB:
+            continue
+        memory = MEMORY_GIB[chip] * 2**30
+        for n in (1_000_000, 3_000_000):
+            cells = []
+            for name, size in RESOLUTIONS.items():
+                on_device = largest(c, memory, n, size, host=False)
+                host = largest(c, memory, n, size, host=True)
+                cells.append(f"{name}: {on_device} images on the device, "
+                             + ("any number in host memory" if host else "does not fit"))
+            lines.append(f"{chip} ({MEMORY_GIB[chip]:.0f} GiB), {n / 1e6:.0f}M Gaussians: " + "; ".join(cells))
+        most = max(n for n in range(250_000, 200_000_000, 250_000)
+                   if largest(c, memory, n, SIZE, host=True)) if largest(c, memory, 250_000, SIZE, True) else 0
+        lines.append(f"{chip}: at most {most / 1e6:.2f}M Gaussians at 1008x756 with host images")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--targets", nargs="+", default=["cpu", "v5e:2x2", "v6e:2x2", "h200"])
+    ap.add_argument("--out", default=None, help="JSON lines file for the rows")
+    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.child:
+        import jax
+
+        jax.config.update("jax_num_cpu_devices", 4)
+        print(json.dumps(measure(*a.child)))
+        return
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, JAX_PLATFORMS="cpu", TPU_SKIP_MDS_QUERY="1")
+    rows = []
+    for target in a.targets:
+        for point in POINTS:
+            out = subprocess.run([sys.executable, "-m", "benchmarks.memory_fit", "--child", point, target],
+                                 capture_output=True, text=True, cwd=root, env=env)
+            if out.returncode:
+                row = {"point": point, "target": target, "error": out.stderr.strip().splitlines()[-1][:300]}
+                print(f"{target:>9} {point:>15}: FAILED: {row['error']}", flush=True)
+            else:
+                row = json.loads(out.stdout.strip().splitlines()[-1])
+                print(f"{target:>9} {point:>15}: {row['bytes'] / 2**30:.3f} GiB (args "
+                      f"{row['argument_size_in_bytes'] / 2**30:.3f}, temp {row['temp_size_in_bytes'] / 2**30:.3f}), "
+                      f"compile {row['compile_s']:.0f} s", flush=True)
+            rows.append(row)
+            if a.out:
+                with open(a.out, "a") as f:
+                    f.write(json.dumps(row) + "\n")
+    print()
+    print(report(rows, a.targets))
+
+
+if __name__ == "__main__":
+    main()
