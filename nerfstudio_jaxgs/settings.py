@@ -24,6 +24,14 @@ UNSUPPORTED = {
 DATAMANAGER_HONOURED = ("data", "dataparser", "camera_res_scale_factor", "eval_num_images_to_sample_from",
                         "eval_num_times_to_repeat_images", "eval_image_indices", "cache_images", "cache_images_type",
                         "max_thread_workers", "masks_on_gpu", "images_on_gpu")
+# ... of which these with a difference worth a line in the README's settings table ...
+DATAMANAGER_NOTES = {
+    "cache_images": "where the training images stay while jax-gs trains: \"gpu\" (nerfstudio's default) on the device, "
+                    "unless they would take over half of its memory (`--pipeline.model.device-memory-gb`: then in host "
+                    "memory, with one line saying so); \"cpu\" (which nerfstudio also picks for over 500 images) in host "
+                    "memory, each block's views copied to the device while the block before trains. The same results "
+                    "either way",
+}
 # ... and those it does not honour: the engine draws the training views itself, on the device
 DATAMANAGER_UNSUPPORTED = {
     "train_cameras_sampling_strategy": "jax-gs draws the training views on the device, each step a random "

@@ -82,7 +82,9 @@ def render() -> str:
     for n, (value, why) in settings.SURFEL_UNSUPPORTED.items():
         rows.append(f"| `--pipeline.model.{n.replace('_', '-')} {value}` | stops the run: {why} |")
     rows += ["", "| `--pipeline.datamanager.*`, `--optimizers.*` | in jax-gs |", "|---|---|",
-             f"| {_flags([n for n in settings.DATAMANAGER_HONOURED if n in dm_fields])} | as in splatfacto |"]
+             f"| {_flags([n for n in settings.DATAMANAGER_HONOURED if n in dm_fields and n not in settings.DATAMANAGER_NOTES])}"
+             f" | as in splatfacto |"]
+    rows += [f"| {_flags([n])} | {note} |" for n, note in settings.DATAMANAGER_NOTES.items() if n in dm_fields]
     for n, why in settings.DATAMANAGER_UNSUPPORTED.items():
         rows.append(f"| {_flags([n])} | stops the run when set: {why} |")
     rows.append("| `--optimizers.{means,features-dc,features-rest,opacities,scales,quats,camera-opt,bilateral-grid}.*` "
