@@ -29,26 +29,27 @@ class ImageTable(NamedTuple):
     """One replica's training images as a block reads them (data parallel: stacked on a leading
     replica axis, each replica its own slice)."""
 
-    images: object  # [N, H * W * C] uint8: each image's pixels in one row (`flat`)
+    images: object  # [N, H, W * C] uint8 (`interleaved_rows`)
     masks: object  # [N, H, W] bool
     slots: object = None  # host images: [num_steps, views_per_replica] int32, each step's rows; None on the device
 
 
-def flat(images, masks, slots=None) -> ImageTable:
-    """A table of images [N, H, W, C] and masks [N, H, W]. Each image is one row of bytes: a step
-    gathers its rows, then sees their pixels (a table of [N, H, W, C] let an accelerator's compiler
-    lay the whole table out channel-major for the loss, a second copy of it: 8.6 bytes a pixel on a
-    TPU instead of 4, `benchmarks/memory_fit.py`)."""
-    return ImageTable(images.reshape(images.shape[0], -1), masks, slots)
+def interleaved_rows(images, masks, slots=None) -> ImageTable:
+    """A table of images [N, H, W, C] (numpy) and masks [N, H, W], each image's rows of W x C bytes.
+    An accelerator's compiler lays a step's image out channel-major for the loss: handed
+    [N, H, W, C] it transposed the whole table first when compiled for an H200, a second copy of
+    every image (7 bytes a pixel instead of 4: `benchmarks/memory_fit.py`); whole images as one
+    row of bytes each, a TPU padded each step's [H, W, 3] image (3.2 GiB of temporaries at 1080p)."""
+    images = np.asarray(images)
+    return ImageTable(images.reshape(images.shape[0], images.shape[1], -1), masks, slots)
 
 
 def step_images(plan: ViewPlan, table: ImageTable, step, index):
     """The uint8 images [B, H, W, C] and masks [B, H, W] of this replica's views at `step`, the
     block's `index`-th step (traced)."""
     slots = plan.slots(step) if table.slots is None else table.slots[index]
-    masks = table.masks[slots]
-    B, H, W = masks.shape
-    return table.images[slots].reshape(B, H, W, -1), masks
+    images = table.images[slots]
+    return images.reshape(images.shape[:2] + (table.masks.shape[2], -1)), table.masks[slots]
 
 
 def place_tables(layout: Layout, tables) -> ImageTable:
@@ -87,9 +88,9 @@ class DeviceImages:
         for replica in range(layout.replicas):
             rows = plan.lane_rows(replica)
             if np.array_equal(rows, np.arange(data.num_views)):  # one lane: the dataset as it is
-                tables.append(flat(data.images, data.masks))
+                tables.append(interleaved_rows(data.images, data.masks))
             else:
-                tables.append(flat(np.asarray(data.images)[rows], np.asarray(data.masks)[rows]))
+                tables.append(interleaved_rows(np.asarray(data.images)[rows], np.asarray(data.masks)[rows]))
         self.table = place_tables(layout, tables)
         self.views_per_device = int(tables[0].images.shape[0])
 
@@ -123,7 +124,8 @@ class HostImages:
             mine = views[:, replica * per:(replica + 1) * per].reshape(-1)
             distinct, slots = np.unique(mine, return_inverse=True)
             rows = np.concatenate([distinct, np.full(width - len(distinct), distinct[0])])
-            tables.append(flat(self.images[rows], self.masks[rows], slots.reshape(num_steps, per).astype(np.int32)))
+            tables.append(interleaved_rows(self.images[rows], self.masks[rows],
+                                           slots.reshape(num_steps, per).astype(np.int32)))
         return place_tables(self.layout, tables)
 
     def block_table(self, first: int, num_steps: int) -> ImageTable:
