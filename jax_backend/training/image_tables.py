@@ -37,9 +37,9 @@ class ImageTable(NamedTuple):
 def interleaved_rows(images, masks, slots=None) -> ImageTable:
     """A table of images [N, H, W, C] (numpy) and masks [N, H, W], each image's rows of W x C bytes.
     An accelerator's compiler lays a step's image out channel-major for the loss: handed
-    [N, H, W, C] it transposed the whole table first when compiled for an H200, a second copy of
-    every image (7 bytes a pixel instead of 4: `benchmarks/memory_fit.py`); whole images as one
-    row of bytes each, a TPU padded each step's [H, W, 3] image (3.2 GiB of temporaries at 1080p)."""
+    [N, H, W, C] the H200's transposed the whole table first, a second copy of every image; whole
+    images as one row of bytes each, a TPU's padded each step's [H, W, 3] image (figure:
+    image-table-layout, benchmarks/results/library_figures.md)."""
     images = np.asarray(images)
     return ImageTable(images.reshape(images.shape[0], images.shape[1], -1), masks, slots)
 
