@@ -151,15 +151,16 @@ class ViewPlan:
 
         return jax.vmap(one)(lanes)
 
+    def draw(self, step):
+        """(views, slots) of this replica at `step` (traced), each [views_per_replica]: the views
+        (this host's indices) it trains on, and where they sit in its lanes' image table
+        (`lane_rows`: lane j's views at j * S ... j * S + S - 1, S = `table`'s width)."""
+        views, positions = self.drawn(self.replica_lanes(), step)
+        return views, jnp.arange(self.views_per_replica) * self.table()[0].shape[1] + positions
+
     def views(self, step):
         """The [views_per_replica] views (this host's indices) this replica trains on at `step` (traced)."""
-        return self.drawn(self.replica_lanes(), step)[0]
-
-    def slots(self, step):
-        """Where this replica's [views_per_replica] views of `step` sit in its lanes' image table
-        (`lane_rows`: lane j's views at j * S ... j * S + S - 1, S = `table`'s width) (traced)."""
-        positions = self.drawn(self.replica_lanes(), step)[1]
-        return jnp.arange(self.views_per_replica) * self.table()[0].shape[1] + positions
+        return self.draw(step)[0]
 
     def lane_rows(self, replica: int) -> np.ndarray:
         """The views of this host's `replica`'s image table [views_per_replica * S]: its lanes' rows

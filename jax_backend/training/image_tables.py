@@ -3,7 +3,7 @@
 Two places, one `ImageTable` that the block program reads (`step_images`):
 - on the device (`DeviceImages`): each replica holds the views its lanes draw
   (`ViewPlan.lane_rows`: the plan deals the views to lanes), so data-parallel replicas hold the
-  dataset once between them, not once each; a step reads its views at `ViewPlan.slots`.
+  dataset once between them, not once each; a step reads its views at `ViewPlan.draw`'s slots.
 - in host memory (`HostImages`): each block's views are drawn on the host ahead of it, from the
   same random stream as on the device (`ViewPlan.block_views`), and only those images go to the
   device, copied while the block before trains (`prefetch`). The block still runs as one program
@@ -44,10 +44,11 @@ def interleaved_rows(images, masks, slots=None) -> ImageTable:
     return ImageTable(images.reshape(images.shape[0], images.shape[1], -1), masks, slots)
 
 
-def step_images(plan: ViewPlan, table: ImageTable, step, index):
-    """The uint8 images [B, H, W, C] and masks [B, H, W] of this replica's views at `step`, the
-    block's `index`-th step (traced)."""
-    slots = plan.slots(step) if table.slots is None else table.slots[index]
+def step_images(table: ImageTable, slots, index):
+    """The uint8 images [B, H, W, C] and masks [B, H, W] of this replica's views in the block's
+    `index`-th step (traced): on the device at `slots` (`ViewPlan.draw`), from host images at the
+    block's slot map."""
+    slots = slots if table.slots is None else table.slots[index]
     images = table.images[slots]
     return images.reshape(images.shape[:2] + (table.masks.shape[2], -1)), table.masks[slots]
 
@@ -81,8 +82,6 @@ def where_images_go(requested: str, image_bytes: int, device_bytes: Optional[int
 class DeviceImages:
     """Every training image on the device, each replica its lanes' views."""
 
-    where = "device"
-
     def __init__(self, layout: Layout, plan: ViewPlan, data: Dataset):
         tables = []
         for replica in range(layout.replicas):
@@ -92,7 +91,6 @@ class DeviceImages:
             else:
                 tables.append(interleaved_rows(np.asarray(data.images)[rows], np.asarray(data.masks)[rows]))
         self.table = place_tables(layout, tables)
-        self.views_per_device = int(tables[0].images.shape[0])
 
     def block_table(self, first: int, num_steps: int) -> ImageTable:
         return self.table
@@ -104,8 +102,6 @@ class DeviceImages:
 class HostImages:
     """The training images in host memory; each block's on the device (`block_table`), the next
     one's copied while the current block trains (`prefetch`)."""
-
-    where = "host"
 
     def __init__(self, layout: Layout, plan: ViewPlan, data: Dataset):
         self.layout, self.plan = layout, plan

@@ -162,9 +162,8 @@ def train_step(cfg: TrainConfig, opt: Optimizers, layout: Layout, isect_capacity
     Returns (state after the step, metrics: loss, psnr, view, num_intersections, overflow, each
     [views_per_replica])."""
     key, k_bg, k_noise = jax.random.split(state.key, 3)
-    views, g, strategy, fixes = plan.views(state.step), state.gaussians, cfg.strategy, cfg.corrections
-    images, masks, Ks, width, height = downscale_views(*step_images(plan, table, state.step, index), data.Ks[views],
-                                                       downscale)
+    (views, slots), g, strategy, fixes = plan.draw(state.step), state.gaussians, cfg.strategy, cfg.corrections
+    images, masks, Ks, width, height = downscale_views(*step_images(table, slots, index), data.Ks[views], downscale)
     bgs = jax.vmap(lambda lane: background_color(cfg.background, jax.random.fold_in(k_bg, lane)))(plan.replica_lanes())
     targets = step_targets(images, bgs)
 
