@@ -38,9 +38,10 @@ SCENES = {
 }
 
 
-def train(recipe: str, scene: str, out: Path, save_every: int, name: str) -> tuple:
+def train(recipe: str, scene: str, out: Path, save_every: int, name: str, stop_after: float = None) -> tuple:
     """Run one recipe's ns-train; (its run folder, {step: seconds from the command's start}, the
-    command's whole time in seconds)."""
+    command's whole time in seconds, whether it was stopped at `stop_after` seconds before its
+    last step: then its curve ends at the last checkpoint written by then)."""
     data, parser = SCENES[scene]
     method, *args = shlex.split(recipe)
     cmd = [str(BIN / "ns-train"), method, "--data", str(data), "--output-dir", str(out), "--timestamp", name,
@@ -48,16 +49,23 @@ def train(recipe: str, scene: str, out: Path, save_every: int, name: str) -> tup
            "--steps-per-save", str(save_every), "--save-only-latest-checkpoint", "False", *args, *parser]
     start = time.time()
     log = out / f"{name}.log"
+    stopped = False
     with open(log, "w") as f:
-        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                              env=dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu")))
+        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu")))
+        try:
+            proc.wait(timeout=stop_after)
+        except subprocess.TimeoutExpired:  # checkpoints are written atomically: those on disk are whole
+            stopped = True
+            proc.terminate()
+            proc.wait()
     total = time.time() - start
-    if proc.returncode:
+    if proc.returncode and not stopped:
         raise RuntimeError(f"{recipe!r} failed ({proc.returncode}); its output: {log}")
     run = next(out.glob(f"*/{method}/{name}"))
     times = {int(re.search(r"step-(\d+)\.ckpt", p.name)[1]): p.stat().st_mtime - start
              for p in (run / "nerfstudio_models").glob("step-*.ckpt")}
-    return run, dict(sorted(times.items())), total
+    return run, dict(sorted(times.items())), total, stopped
 
 
 def gaussian_counts(run: Path) -> dict:
@@ -115,6 +123,8 @@ def main():
     ap.add_argument("--recipe", action="append", required=True,
                     help="an ns-train method and its settings (twice: side by side; once: its curve alone)")
     ap.add_argument("--save-every", type=int, default=500)
+    ap.add_argument("--stop-after", type=float, default=None,
+                    help="seconds: stop a recipe's ns-train then and measure the checkpoints it wrote (a partial curve)")
     ap.add_argument("--out", type=Path, default=None, help="where the runs go (default: a temporary folder)")
     a = ap.parse_args()
     if len(a.recipe) not in (1, 2):
@@ -122,15 +132,17 @@ def main():
     out = a.out or Path(tempfile.mkdtemp(prefix="time_to_quality_"))
     out.mkdir(parents=True, exist_ok=True)
     print(f"# python -m benchmarks.time_to_quality --scene {a.scene} "
-          + " ".join(f"--recipe {shlex.quote(r)}" for r in a.recipe) + f" --save-every {a.save_every}")
+          + " ".join(f"--recipe {shlex.quote(r)}" for r in a.recipe) + f" --save-every {a.save_every}"
+          + (f" --stop-after {a.stop_after:g}" if a.stop_after else ""))
     print(f"# runs in {out}; seconds from each ns-train command's start to its checkpoint's write")
     curves = []
     for i, recipe in enumerate(a.recipe):
-        run, times, total = train(recipe, a.scene, out, a.save_every, f"recipe{i}")
+        run, times, total, stopped = train(recipe, a.scene, out, a.save_every, f"recipe{i}", a.stop_after)
         rows = [(step, t, evaluate(run, step)) for step, t in times.items()]
         counts = gaussian_counts(run)
         curves.append((recipe, rows))
-        print(f"\n{recipe} (the whole command: {total:.0f} s)")
+        print(f"\n{recipe} (" + (f"stopped after {total:.0f} s at the limit: the curve ends at its last checkpoint)"
+                                  if stopped else f"the whole command: {total:.0f} s)"))
         print("| step | seconds | held-out PSNR | SSIM | Gaussians |")
         print("|---|---|---|---|---|")
         for step, t, r in rows:
