@@ -228,7 +228,11 @@ def check_views(dataset, split: str, fisheye: str = "native") -> None:
     c2w = cams.camera_to_worlds.numpy().reshape(len(names), -1)
     intr = np.stack([cams.fx.numpy().ravel(), cams.fy.numpy().ravel(), cams.cx.numpy().ravel(),
                      cams.cy.numpy().ravel()], axis=1)
-    wh = np.stack([cams.width.numpy().ravel(), cams.height.numpy().ravel()], axis=1)
+    # the files are checked against the sizes the dataparser gave (as the dataset scales them): the
+    # datamanager's undistortion later changes the dataset's cameras to the undistorted size
+    parsed = getattr(getattr(dataset, "_dataparser_outputs", None), "cameras", None)
+    parsed = cams if parsed is None else parsed
+    wh = np.stack([parsed.width.numpy().ravel(), parsed.height.numpy().ravel()], axis=1)
     masks = getattr(dataset._dataparser_outputs, "mask_filenames", None)
     for i, name in enumerate(names):
         where = f"{split} image {name}"
@@ -240,14 +244,14 @@ def check_views(dataset, split: str, fisheye: str = "native") -> None:
         if not np.all(np.isfinite(intr[i])) or intr[i, 0] <= 0 or intr[i, 1] <= 0:
             raise InputError(f"{where}: its camera has focal lengths {intr[i, 0]:g}, {intr[i, 1]:g} and principal "
                              f"point {intr[i, 2]:g}, {intr[i, 3]:g}: focal lengths must be positive and finite")
-        if wh[i, 0] <= 0 or wh[i, 1] <= 0:
-            raise InputError(f"{where}: its camera is {wh[i, 0]}x{wh[i, 1]} pixels")
+        if min(cams.width[i].item(), cams.height[i].item()) <= 0:
+            raise InputError(f"{where}: its camera is {cams.width[i].item()}x{cams.height[i].item()} pixels")
     if split == "training":
         training_camera_model(cams, fisheye, lambda j: f"the camera of {split} image {names[j]}")
     for i, name in enumerate(names):
         problem, raw = read_image_header(name, role=f"{split} image")
         if problem is None:
-            got, want = _loaded_size(dataset, *raw), (int(wh[i, 0]), int(wh[i, 1]))
+            got, want = _loaded_size(dataset, *raw), _loaded_size(dataset, int(wh[i, 0]), int(wh[i, 1]))
             if got != want:
                 read = "" if got == raw else f" (read at {got[0]}x{got[1]})"
                 problem = (f"{split} image {name} is {raw[0]}x{raw[1]} pixels{read} but its camera is "

@@ -52,6 +52,33 @@ def test_colmap_with_only_downscaled_images(tmp_path):
         _pipeline(ColmapDataParserConfig(data=tmp_path))
 
 
+def test_evaluating_all_views_after_their_undistortion(tmp_path):
+    """A distorted COLMAP capture (the fox's OPENCV camera) whose undistorted images are smaller
+    than their files: once an evaluation has undistorted the evaluation views (nerfstudio changes
+    their cameras' width and height to the undistorted size), evaluating all of them (what
+    `ns-train` does every `steps-per-eval-all-images`, 5000) still works. It used to stop the run
+    at step 5000, re-checking the files against the changed cameras (snowmiku: 1008x756 files,
+    1007x755 undistorted)."""
+    from nerfstudio.data.dataparsers.colmap_dataparser import ColmapDataParserConfig
+
+    write_colmap_scene(tmp_path)
+    pipeline = _pipeline(ColmapDataParserConfig(data=tmp_path, colmap_path=Path("colmap/sparse/0")))
+    dm = pipeline.datamanager
+    files = [tuple(np.asarray(_image_size(p))) for p in dm.eval_dataset.image_filenames]
+    dm.cached_eval  # noqa: B018  (undistorts them, as the first evaluation does)
+    cams = dm.eval_dataset.cameras
+    assert (int(cams.width[0]), int(cams.height[0])) != files[0]  # the cameras now say the undistorted size
+    metrics = pipeline.get_average_eval_image_metrics(step=1)
+    assert np.isfinite(metrics["psnr"])
+
+
+def _image_size(path):
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return im.size
+
+
 def test_colmap_with_full_and_downscaled_images(tmp_path):
     from nerfstudio.data.dataparsers.colmap_dataparser import ColmapDataParserConfig
 
