@@ -1,7 +1,11 @@
 """(slow) The viewer during `ns-train`, in a real headless Chromium: the step readout follows
-training and the canvas shows the scene changing from block to block."""
+training and the canvas shows the scene changing from block to block. The same for jax-2dgs
+over two data-parallel devices, watched by a client that speaks the browser's protocol but draws
+nothing (`viser_client.ViserClient`): renders arrive between blocks and change with them, and keep
+coming after the user picks the normals in the panel."""
 from __future__ import annotations
 
+import io
 import subprocess
 
 import numpy as np
@@ -11,6 +15,7 @@ pytest.importorskip("nerfstudio")
 
 from browser import Browser, find_chromium, free_port, shows_a_render, wait_for_port, watch_run  # noqa: E402
 from commands import BIN, FOX, command_env  # noqa: E402
+from viser_client import ViserClient  # noqa: E402
 
 
 @pytest.mark.slow
@@ -49,3 +54,61 @@ def test_the_viewer_follows_a_run_while_it_trains(tmp_path):
     changes = [float(np.abs(a - b).mean()) for a, b in zip(firsts, firsts[1:])]
     assert sum(c > 1.0 for c in changes) >= 2, f"the frame hardly changed between blocks: {changes}"
     assert shows_a_render(seen[-1][2]), f"the last frame shows no render: {tmp_path / 'live.png'}"
+
+
+def _decoded(jpeg: bytes):
+    from PIL import Image
+
+    return np.asarray(Image.open(io.BytesIO(jpeg)).convert("RGB")).astype(np.float64)
+
+
+@pytest.mark.slow
+def test_the_viewer_follows_2dgs_on_two_data_parallel_devices(tmp_path):
+    port = free_port()
+    log = open(tmp_path / "train.log", "w")
+    train = subprocess.Popen(
+        [str(BIN / "ns-train"), "jax-2dgs", "--data", str(FOX), "--output-dir", str(tmp_path), "--timestamp", "live",
+         "--max-num-iterations", "500", "--vis", "viewer", "--viewer.websocket-port", str(port),
+         "--viewer.quit-on-train-completion", "True", "--steps-per-save", "100000", "--machine.num-devices", "2",
+         "--pipeline.model.num-random", "5000", "--pipeline.model.random-scale", "1.0",
+         "--pipeline.model.num-downscales", "0", "--pipeline.model.background-color", "black",
+         "nerfstudio-data", "--eval-mode", "interval", "--eval-interval", "8"],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+        env=command_env(XLA_FLAGS="--xla_force_host_platform_device_count=2"))
+    client, images, colour, normals_from = None, {}, None, None
+    try:
+        wait_for_port(port, 600, train)
+        client = ViserClient(port)
+        while train.poll() is None:  # the render shown at each step readout
+            if client.steps and client.last_image:
+                images.setdefault(client.steps[-1][1], client.last_image)
+            output = client.gui.get("Output type", {})
+            if normals_from is None and len(images) >= 3 and "normals" in output.get("options", ()):
+                colour, normals_from = client.last_image, len(client.frames)  # then the user picks normals
+                client.set_gui("Output type", "normals")
+            try:
+                train.wait(0.5)
+            except subprocess.TimeoutExpired:
+                pass
+        assert train.returncode == 0, (tmp_path / "train.log").read_text()[-3000:]
+    finally:
+        if client is not None:
+            client.close()
+        if train.poll() is None:
+            train.kill()
+        log.close()
+    text = (tmp_path / "train.log").read_text()
+    assert "data parallel: 2 device(s)" in text, text[-3000:]
+    steps = [s for _, s in client.steps]
+    assert steps == sorted(steps), steps
+    assert len(set(steps)) >= 3 and steps[-1] >= 399, f"the step readout barely moved: {sorted(set(steps))}"
+    assert len(client.frames) >= 3, f"renders received: {client.frames}"
+    assert normals_from is not None, f"no normals to pick in the panel: {client.gui.get('Output type')}"
+    assert len(client.frames) > normals_from, "no render after picking the normals"
+    # Renders keep coming after the pick. (Whether they show the normals is not checked: on this CPU
+    # the renders after picking them came back at 30x48 pixels, a low-resolution render, every
+    # time; why is an open question of #56.)
+    assert all(n > 0 for _, n in client.frames[normals_from:])
+    shown = [_decoded(images[s]) for s in sorted(images)][:3]  # colour renders, before the normals
+    changes = [float(np.abs(a - b).mean()) for a, b in zip(shown, shown[1:]) if a.shape == b.shape]
+    assert sum(c > 1.0 for c in changes) >= 1, f"the render hardly changed between blocks: {changes}"
