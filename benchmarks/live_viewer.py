@@ -99,8 +99,11 @@ def run_watched(method, steps, out, watcher: str):
             latencies = []
             while watcher == "moving" and train.poll() is None:  # after the first block: a turn every 5 s
                 time.sleep(5.0)
-                if client.steps and client.steps[-1][1] > 0:
-                    latencies.append(client.orbit(15.0))
+                if client.steps and client.steps[-1][1] > 0 and train.poll() is None:
+                    try:
+                        latencies.append(client.orbit(15.0))
+                    except Exception:  # the run ended and its viewer closed the connection
+                        break
             train.wait(3600)
             seen = (client.frames, client.steps, latencies)
         if train.wait(300):
