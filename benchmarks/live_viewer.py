@@ -7,7 +7,7 @@ run, the CPU seconds Chromium's processes used while it watched, and how each vi
 run: the renders the client received, the step readouts the browser showed and how often its
 canvas changed.
 
-    python -m benchmarks.live_viewer [--steps 1500] [--method jax-gs-mcmc] [--watchers client,browser]
+    python -m benchmarks.live_viewer [--steps 1500] [--method jax-gs-mcmc] [--watchers client,browser,moving]
 """
 from __future__ import annotations
 

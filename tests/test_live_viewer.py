@@ -75,7 +75,7 @@ def test_the_viewer_follows_2dgs_on_two_data_parallel_devices(tmp_path):
          "nerfstudio-data", "--eval-mode", "interval", "--eval-interval", "8"],
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
         env=command_env(XLA_FLAGS="--xla_force_host_platform_device_count=2"))
-    client, images, colour, normals_from = None, {}, None, None
+    client, images, normals_from = None, {}, None
     try:
         wait_for_port(port, 600, train)
         client = ViserClient(port)
@@ -84,7 +84,7 @@ def test_the_viewer_follows_2dgs_on_two_data_parallel_devices(tmp_path):
                 images.setdefault(client.steps[-1][1], client.last_image)
             output = client.gui.get("Output type", {})
             if normals_from is None and len(images) >= 3 and "normals" in output.get("options", ()):
-                colour, normals_from = client.last_image, len(client.frames)  # then the user picks normals
+                normals_from = len(client.frames)  # then the user picks normals
                 client.set_gui("Output type", "normals")
             try:
                 train.wait(0.5)
