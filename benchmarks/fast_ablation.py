@@ -20,7 +20,7 @@ from .time_to_quality import SCENES, count_at, evaluate, gaussian_counts, train
 # (name, what is put back to jax-gs's setting, the extra ns-train arguments)
 PIECES = (
     ("recipe", "nothing: jax-gs-fast as it ships", ""),
-    ("schedule", "full resolution from half the run (jax-gs: 0.5), not its last 15%",
+    ("schedule", "full resolution from half the run (jax-gs: 0.5), not its last 10%",
      "--pipeline.model.full-resolution-at 0.5"),
     ("budget", "no Gaussian budget (jax-gs: max-gaussians 0), not 100,000", "--pipeline.model.max-gaussians 0"),
     ("window", "densify from step 500 to the end (jax-gs's warmup-length and stop-split-at), not 300 to 1700",
@@ -52,7 +52,7 @@ def main():
         if name not in only:
             continue
         recipe = " ".join(x for x in ("jax-gs-fast", a.args, extra) if x)
-        run, times, total = train(recipe, a.scene, out, 10**6, name)  # one checkpoint: the last step's
+        run, times, total, _ = train(recipe, a.scene, out, 10**6, name)  # one checkpoint: the last step's
         step = max(times)
         r = evaluate(run, step)
         print(f"| {name} | {what} | {r['psnr']:.2f} | {r['ssim']:.3f} | {count_at(gaussian_counts(run), step) or '-'} "

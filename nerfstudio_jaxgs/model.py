@@ -54,27 +54,27 @@ class JaxGSModelConfig(SplatfactoModelConfig):
     full_resolution_at: float = 0.5
     """Coarse to fine (splatfacto's num-downscales and resolution-schedule): full resolution from this fraction of
     --max-num-iterations at the latest, the coarse levels shortened to fit (splatfacto's 30,000 steps reach it at
-    step 6,000). A lower resolution's step costs a fraction of a full one's: jax-gs-fast trains there longer (0.85)."""
+    step 6,000). A lower resolution's step costs a fraction of a full one's: jax-gs-fast trains there longer (0.9)."""
     steps_per_block: int = 100
     """Training steps compiled into one XLA program (one trainer iteration advances this many)."""
     rasterizer: Literal["auto", "flat", "standard", "pallas"] = "auto"
-    """Rasterizer: "auto" (pallas on a GPU, flat elsewhere), "flat" (all tiles on one axis, built
-    for TPUs/XLA), "standard" (vmap over tiles and pixels) or "pallas" (one kernel per pass:
-    Triton on a GPU, interpreted on a CPU: exact but slow there)."""
+    """Rasterizer: "auto" (pallas on a GPU, flat elsewhere), "flat" (all tiles on one axis, built for TPUs/XLA),
+    "standard" (vmap over tiles and pixels) or "pallas" (one kernel per pass; interpreted, slow, on a CPU)."""
+    tile_size: int = 16
+    """Tile edge in pixels of the training renders (the same images at any size): 16 as gsplat; 0 = 8 with the flat
+    rasterizer on a CPU (faster there on real captures: docs/time_to_quality.md), else 16 (jax-gs-fast's)."""
     fisheye: Literal["native", "undistorted"] = "native"
-    """How fisheye captures (OPENCV_FISHEYE: nerfstudio's FISHEYE cameras, k1-k4) train and draw:
-    "native" = as fisheyes, on their original images, over their whole field of view (training,
-    evaluation, ns-render and the snapshots); "undistorted" = as splatfacto does, on the pinhole
-    images nerfstudio's datamanager undistorts them to (a crop of the field of view). FISHEYE624
-    (Aria) cameras with coefficients are undistorted either way; fisheyes with all-zero
-    coefficients (which nerfstudio does not undistort) draw natively either way."""
+    """How fisheye captures (OPENCV_FISHEYE: nerfstudio's FISHEYE cameras, k1-k4) train and draw: "native" = as
+    fisheyes, on their original images, over their whole field of view (training, evaluation, ns-render and the
+    snapshots); "undistorted" = as splatfacto does, on the pinhole images nerfstudio's datamanager undistorts them to
+    (a crop of the field of view). FISHEYE624 (Aria) cameras with coefficients are undistorted either way; fisheyes
+    with all-zero coefficients (which nerfstudio does not undistort) draw natively either way."""
     strategy: Literal["default", "mcmc"] = "default"
     """Density control: splatfacto's (gsplat's default: clone/split/prune) or 3DGS-MCMC (fixed budget)."""
     max_gaussians: int = 0
     """Gaussian budget: caps growth (default strategy; 0 = no cap) or the MCMC budget (0 = 1,000,000)."""
     max_gs_num: int = 0
-    """Newer splatfacto's name for the MCMC budget: when > 0 it is the budget of an MCMC run (over
-    max-gaussians)."""
+    """Newer splatfacto's name for the MCMC budget: when > 0 it is the budget of an MCMC run (over max-gaussians)."""
     noise_lr: float = 5e5
     """Newer splatfacto's MCMC setting: the scale of the noise added to the means (times their rate)."""
     mcmc_opacity_reg: float = 0.01

@@ -239,13 +239,15 @@ def train_config(config, *, max_steps: int, num_train_data: int, optimizers: dic
     if not 0.0 < config.full_resolution_at <= 1.0:
         raise InputError(f"--pipeline.model.full-resolution-at {config.full_resolution_at}: a fraction of the run, "
                          "in (0, 1]")
+    if config.tile_size < 0:
+        raise InputError(f"--pipeline.model.tile-size {config.tile_size}: pixels (16 as gsplat, 8), or 0 for automatic")
     name, settings = strategy(config, num_train_data)
     try:
         strat = make_strategy(name, **settings)
     except ValueError as e:
         raise InputError(str(e)) from None
     return TrainConfig(max_steps=max_steps, steps_per_block=config.steps_per_block, rasterizer=config.rasterizer,
-                       rasterize_mode=config.rasterize_mode,
+                       rasterize_mode=config.rasterize_mode, tile_size=config.tile_size,
                        max_gauss_ratio=config.max_gauss_ratio if config.use_scale_regularization else 0.0,
                        camera_opt=camera_opt_config(config.camera_optimizer, optimizers),
                        bilateral=bilateral_config(config, optimizers),

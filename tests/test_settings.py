@@ -193,13 +193,18 @@ def test_the_fast_preset_is_splatfactos_settings_shaped_for_time_to_quality():
     assert fast.method_name == "jax-gs-fast" and fast.max_num_iterations == 2000
     model = fast.pipeline.model
     cfg = train_config(model, max_steps=fast.max_num_iterations, num_train_data=NUM_TRAIN, optimizers=fast.optimizers)
-    assert [cfg.downscale_at(s) for s in (0, 850, 1699, 1700)] == [4, 2, 2, 1]  # full resolution for its last 15%
+    assert [cfg.downscale_at(s) for s in (0, 899, 900, 1799, 1800)] == [4, 4, 2, 2, 1]  # full resolution: last 10%
+    assert cfg.tile_size == 0 and train_config(model.__class__(), max_steps=2000, num_train_data=NUM_TRAIN,
+                                               optimizers=fast.optimizers).tile_size == 16  # jax-gs: gsplat's 16
     assert cfg.strategy.budget == 100_000 and (cfg.strategy.refine_start, cfg.strategy.refine_stop) == (300, 1700)
     assert cfg.sh_degree_interval == 500 and cfg.optim.means.decay_steps == 30000  # splatfacto's rates
     # every piece is a setting a user overrides as splatfacto's
     cfg = train_config(dataclasses.replace(model, full_resolution_at=0.5, max_gaussians=0), max_steps=2000,
                        num_train_data=NUM_TRAIN, optimizers=fast.optimizers)
     assert cfg.downscale_at(1000) == 1 and cfg.strategy.budget == 0
+    with pytest.raises(InputError, match="--pipeline.model.tile-size -8: pixels"):
+        train_config(dataclasses.replace(model, tile_size=-8), max_steps=2000, num_train_data=NUM_TRAIN,
+                     optimizers=fast.optimizers)
     for bad in (0.0, 1.5):
         with pytest.raises(InputError, match=f"--pipeline.model.full-resolution-at {bad}: a fraction"):
             train_config(dataclasses.replace(model, full_resolution_at=bad), max_steps=2000, num_train_data=NUM_TRAIN,

@@ -93,6 +93,23 @@ def test_overflowing_block_is_run_again_with_a_larger_buffer(scene):
     np.testing.assert_allclose(m_small["loss"], m_big["loss"], rtol=1e-5)
 
 
+def test_the_automatic_tile_size_trains_as_gsplats_16_pixel_tiles(scene):
+    """tile_size 0: the Trainer picks 8-pixel tiles for the flat rasterizer on a CPU and 16
+    elsewhere (`auto_tile_size`); a block with 8-pixel tiles trains as one with 16 (each step's
+    images are the same at any tile size; only the order of the gradient sums differs)."""
+    from jax_backend.rendering.composite import auto_tile_size
+
+    assert (auto_tile_size("flat", "cpu"), auto_tile_size("flat", "tpu"), auto_tile_size("pallas", "gpu")) == (8, 16, 16)
+    _, train, _ = scene
+    auto = _trainer(train, DefaultStrategy(), 256, 100, tile_size=0)
+    plain = _trainer(train, DefaultStrategy(), 256, 100)
+    assert (auto.cfg.tile_size, plain.cfg.tile_size) == (8, 16)
+    m_auto, _ = auto.run_block(20)
+    m_plain, _ = plain.run_block(20)
+    assert m_auto["num_intersections"].mean() > m_plain["num_intersections"].mean()  # smaller tiles, more pairs
+    np.testing.assert_allclose(m_auto["loss"], m_plain["loss"], rtol=1e-4)
+
+
 def test_the_buffer_is_sized_for_the_most_demanding_view():
     """View 0 sees a few Gaussians, another view all of them up close: the first block must not
     have to run again with a larger buffer."""
@@ -227,7 +244,7 @@ def test_short_runs_reach_full_resolution_by_their_middle():
     assert [short.downscale_at(s) for s in (0, 499, 500, 999, 1000, 1999)] == [4, 4, 2, 2, 1, 1]
     assert TrainConfig(max_steps=1, **splatfacto).downscale_at(0) == 4  # (degenerate runs still work)
     assert TrainConfig(max_steps=2000).downscale_at(0) == 1
-    # jax-gs-fast's: full resolution for the last 15% only (levels of 850 steps)
+    # full resolution for the last 15% only (levels of 850 steps; jax-gs-fast's 10%: test_settings)
     fast = TrainConfig(max_steps=2000, full_resolution_at=0.85, **splatfacto)
     assert [fast.downscale_at(s) for s in (0, 849, 850, 1699, 1700, 1999)] == [4, 4, 2, 2, 1, 1]
     assert TrainConfig(max_steps=30000, full_resolution_at=0.85, **splatfacto).steps_per_level == 3000

@@ -47,6 +47,15 @@ def resolve_rasterizer(name: str, platform: str) -> str:
     return name
 
 
+def auto_tile_size(rasterizer: str, platform: str) -> int:
+    """The tile edge for training renders when none is set: 8 pixels for the flat rasterizer on a
+    CPU, whose blend walks every pixel of a tile for each of its splats (on a real capture a
+    quarter of 16x16's pixels blends fewer idle pairs than the intersections it adds; figure:
+    cpu-tiles, benchmarks/results/library_figures.md); gsplat's 16 elsewhere (`rasterizer` as
+    resolved by `resolve_rasterizer`)."""
+    return 8 if (rasterizer, platform) == ("flat", "cpu") else 16
+
+
 def get_rasterizer(name: str) -> Rasterizer:
     """The registered rasterizer called `name`; ValueError naming the choices otherwise."""
     try:

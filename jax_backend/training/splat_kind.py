@@ -142,7 +142,7 @@ class Gaussians3D(SplatKind):
         means, quats, scales, opacities, _ = splats
         return count_intersections(means, quats, scales, opacities, viewmats, Ks, width, height,
                                    rasterize_mode=cfg.rasterize_mode, camera_model=cfg.camera_model,
-                                   distortion=distortions)
+                                   distortion=distortions, tile_size=cfg.tile_size)
 
     def render(self, gaussians: Gaussians, viewmat, K, width: int, height: int, *, sh_degree, background=None,
                depth: bool = True, rasterizer: str = "auto", rasterize_mode: str = "classic", keep=None, layout=None,
@@ -217,7 +217,7 @@ class Surfels2D(SplatKind):
     def count_intersections(self, cfg, splats, viewmats, Ks, width: int, height: int, distortions):
         means, quats, scales, opacities, _ = splats
         return count_intersections_2dgs(means, quats, scales, opacities, viewmats, Ks, width, height,
-                                        near_plane=self.near_plane)
+                                        near_plane=self.near_plane, tile_size=cfg.tile_size)
 
     def render(self, gaussians: Gaussians, viewmat, K, width: int, height: int, *, sh_degree, background=None,
                depth: bool = True, rasterizer: str = "auto", rasterize_mode: str = "classic", keep=None, layout=None,

@@ -36,6 +36,8 @@ class TrainConfig:
     steps_per_block: int = 100
     rasterizer: str = "auto"  # `rendering.composite.resolve_rasterizer`: pallas on a GPU, else flat
     rasterize_mode: str = "classic"  # or "antialiased" (`rendering.projection`)
+    tile_size: int = 16  # tile edge in pixels of the training renders (the same images at any size; 0: the
+    # Trainer picks `rendering.composite.auto_tile_size` for its rasterizer and platform)
     camera_model: str = "pinhole"  # how the training views' cameras draw ("fisheye": with Dataset.distortions)
     sh_degree: int = 3
     sh_degree_interval: int = 1000  # one more SH band every this many steps
@@ -147,7 +149,7 @@ def rendered_views(cfg: TrainConfig, layout: Layout, isect_capacity: int, params
                                      step, backgrounds=backgrounds,
                                      sh_degree=sh_degree_at(step, cfg.sh_degree_interval, cfg.sh_degree),
                                      rasterizer=cfg.rasterizer, isect_capacity=isect_capacity, means2d_probe=probe,
-                                     absgrad=cfg.strategy.absgrad, layout=layout)
+                                     absgrad=cfg.strategy.absgrad, layout=layout, tile_size=cfg.tile_size)
 
 
 def train_step(cfg: TrainConfig, opt: Optimizers, layout: Layout, isect_capacity: int, downscale: int, plan: ViewPlan,

@@ -4,6 +4,7 @@ their own: compiling its programs for other devices (`aot`), checkpoints (`check
 looking at the state (`evaluation`)."""
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 from typing import Optional
 
@@ -15,6 +16,7 @@ from jax.sharding import PartitionSpec as P
 from ..errors import UserFacingError
 from ..layout import REPLICA_AXIS, Layout, make_layout
 from ..rendering import isect_buffer, next_pow2
+from ..rendering.composite import auto_tile_size, resolve_rasterizer
 from .corrections import corrected_viewmats, values_of
 from .data import Dataset, ViewPlan, downscaled_cameras
 from .image_tables import device_memory, make_images, where_images_go
@@ -104,6 +106,9 @@ class Trainer:
         """
         self.layout = layout = layout if layout is not None else make_layout()
         cfg.splats.check(cfg.camera_model, cfg.rasterize_mode)
+        if cfg.tile_size == 0:
+            cfg = dataclasses.replace(cfg, tile_size=auto_tile_size(resolve_rasterizer(cfg.rasterizer, layout.platform),
+                                                                    layout.platform))
         if cfg.corrections and layout.processes > 1:
             raise ValueError("camera pose optimisation and bilateral grids are not available with several processes "
                              "(each holds its own views): run them on one host")
