@@ -29,10 +29,17 @@ def abstract(tree, sharding):
 
 
 # -- CPU cores
+SPARE_CPU_DEVICES = 1  # CPU devices beyond one per core (`use_cpu_cores`)
+
+
 def use_cpu_cores() -> int:
     """Ask JAX for one CPU device per core (`jax_num_cpu_devices`), so that training can deal each
-    view's tiles over the cores. Must run before JAX starts its backends; leaves a count that
-    XLA_FLAGS (--xla_force_host_platform_device_count) or the config already set alone.
+    view's tiles over the cores, and SPARE_CPU_DEVICES more that no training program runs on.
+    JAX's CPU runtime runs programs on a pool of one thread per device: with every device inside a
+    training block (one long XLA loop each), a viewer render asked for meanwhile waited for the
+    block to end (#56); the spare device's thread starts it at once, the cores shared by the
+    system's scheduler. Must run before JAX starts its backends; leaves a count that XLA_FLAGS
+    (--xla_force_host_platform_device_count) or the config already set alone.
 
     Returns:
       the number of CPU devices asked for, 0 when nothing was changed.
@@ -42,7 +49,7 @@ def use_cpu_cores() -> int:
     if ("xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", "")
             or jax.config.jax_num_cpu_devices >= 0 or xla_bridge.backends_are_initialized()):
         return 0
-    n = cpu_cores()
+    n = cpu_cores() + SPARE_CPU_DEVICES
     jax.config.update("jax_num_cpu_devices", n)
     return n
 

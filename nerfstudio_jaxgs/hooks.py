@@ -26,8 +26,9 @@ ns-viewer, ns-export, ns-eval and ns-render of a jax-gs config; never for anothe
   XLA_PYTHON_CLIENT_PREALLOCATE=false), not 75% of the GPU at start: nerfstudio keeps its images
   and cameras on the same GPU with torch. Before JAX starts its backends; left alone when the user
   set any XLA_PYTHON_CLIENT_* variable.
-- On a CPU, one JAX device per core (`jax_backend.use_cpu_cores`): training deals each view's
-  tiles over the cores. Before JAX starts its backends; an XLA_FLAGS device count is left alone.
+- On a CPU, one JAX device per core and a spare (`jax_backend.use_cpu_cores`): training deals
+  each view's tiles over the cores; the spare lets a viewer render start while a block trains.
+  Before JAX starts its backends; an XLA_FLAGS device count is left alone.
 - `ExportGaussianSplat.write_ply` (ns-export only) becomes `export.write_ply_atomic`: the output
   folder checked, temporary files of a killed export removed, the same bytes written to a
   temporary file and renamed, so an interrupted export leaves the earlier PLY as it was.

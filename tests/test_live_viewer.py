@@ -74,7 +74,7 @@ def test_the_viewer_follows_2dgs_on_two_data_parallel_devices(tmp_path):
          "--pipeline.model.num-downscales", "0", "--pipeline.model.background-color", "black",
          "nerfstudio-data", "--eval-mode", "interval", "--eval-interval", "8"],
         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-        env=command_env(XLA_FLAGS="--xla_force_host_platform_device_count=2"))
+        env=command_env(XLA_FLAGS="--xla_force_host_platform_device_count=3"))  # 2 training, 1 spare
     client, images, normals_from = None, {}, None
     try:
         wait_for_port(port, 600, train)
@@ -106,8 +106,9 @@ def test_the_viewer_follows_2dgs_on_two_data_parallel_devices(tmp_path):
     assert normals_from is not None, f"no normals to pick in the panel: {client.gui.get('Output type')}"
     assert len(client.frames) > normals_from, "no render after picking the normals"
     # Renders keep coming after the pick. (Whether they show the normals is not checked: on this CPU
-    # the renders after picking them came back at 30x48 pixels, a low-resolution render, every
-    # time; why is an open question of #56.)
+    # every render after the pick came back small, 30x48 before the spare CPU device and 40x64-50x80
+    # with it: nerfstudio's render state machine never reached its full-size "high" state in the
+    # rest of the run; why is an open question of #56.)
     assert all(n > 0 for _, n in client.frames[normals_from:])
     shown = [_decoded(images[s]) for s in sorted(images)][:3]  # colour renders, before the normals
     changes = [float(np.abs(a - b).mean()) for a, b in zip(shown, shown[1:]) if a.shape == b.shape]
