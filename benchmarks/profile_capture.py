@@ -98,11 +98,14 @@ def tile_stats(lengths, platform_groups: int) -> dict:
             "padded": padded, "useful": total / max(padded, 1)}
 
 
-def step_time(tr, steps: int, repeat: int) -> float:
-    """Seconds per step of `tr`'s blocks of `steps` steps (its first block compiles)."""
+def step_time(tr, steps: int, repeat: int, warmup: int = 1) -> float:
+    """Seconds per step of `tr`'s blocks of `steps` steps, after `warmup` untimed blocks (the
+    first compiles; a block that comes near the intersection buffer grows it, and the next
+    compiles again)."""
     import jax
 
-    tr.run_block(steps)
+    for _ in range(warmup):
+        tr.run_block(steps)
     jax.block_until_ready(tr.device_state)
     t0 = time.perf_counter()
     reps = max(1, repeat // 2)

@@ -19,27 +19,9 @@ import dataclasses
 import math
 from pathlib import Path
 
-from .profile_capture import SNOWMIKU, grown, load_engine
+from .profile_capture import SNOWMIKU, grown, load_engine, step_time
 
 SIZES = (16, 8)
-
-
-def step_time(tr, steps: int, warmup: int = 2, timed: int = 2) -> float:
-    """Seconds per step of `tr`'s blocks of `steps` steps, after `warmup` blocks (the first
-    compiles; a block that comes near the intersection buffer grows it, and the next compiles
-    again: both before the timed blocks)."""
-    import time
-
-    import jax
-
-    for _ in range(warmup):
-        tr.run_block(steps)
-    jax.block_until_ready(tr.device_state)
-    t0 = time.perf_counter()
-    for _ in range(timed):
-        tr.run_block(steps)
-    jax.block_until_ready(tr.device_state)
-    return (time.perf_counter() - t0) / (timed * steps)
 
 
 def main():
@@ -74,7 +56,7 @@ def main():
                                           steps_per_block=a.steps, tile_size=ts,
                                           strategy=dataclasses.replace(base.strategy, refine_start=10**9))
                 tr = Trainer(cfg, engine.data, g, engine.scene_extent, layout=engine.layout, log=lambda *x: None)
-                times[ts] = step_time(tr, a.steps)
+                times[ts] = step_time(tr, a.steps, repeat=4, warmup=2)  # 2 untimed, 2 timed
                 buffers[ts] = tr.isect_capacity
             _, w, h = downscaled_cameras(engine.data.Ks, engine.data.width, engine.data.height, ds)
             print(f"| {w}x{h} | {r + 1} | {times[16]:.3f} | {times[8]:.3f} | {times[16] / times[8]:.2f} "
