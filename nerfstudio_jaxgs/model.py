@@ -5,7 +5,6 @@ ns-export) gives them too. Its means/scales/quats/opacities/shs are torch views 
 through DLPack. No math here: rendering and training are `jax_backend`'s."""
 from __future__ import annotations
 
-import functools
 import threading
 import time
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from nerfstudio.models.splatfacto import SplatfactoModel, SplatfactoModelConfig
 from .bridge import to_torch
 from .cameras import camera_model, camera_model_problem, cameras_to_opencv
 from .errors import InputError
+from .render_places import RenderPlaces
 
 NO_TORCH_LOSS = ("jax-gs computes its loss and metrics inside the compiled training block "
                  "(jax_backend.training.step), not from torch outputs: nerfstudio's per-batch loss path "
@@ -60,9 +60,9 @@ class JaxGSModelConfig(SplatfactoModelConfig):
     rasterizer: Literal["auto", "flat", "standard", "pallas"] = "auto"
     """Rasterizer: "auto" (pallas on a GPU, flat elsewhere), "flat" (all tiles on one axis, built for TPUs/XLA),
     "standard" (vmap over tiles and pixels) or "pallas" (one kernel per pass; interpreted, slow, on a CPU)."""
-    tile_size: int = 16
-    """Tile edge in pixels of the training renders (the same images at any size): 16 as gsplat; 0 = 8 with the flat
-    rasterizer on a CPU (faster there on real captures: docs/time_to_quality.md), else 16 (jax-gs-fast's)."""
+    tile_size: int = 0
+    """Tile edge in pixels of the training renders (the same images at any size): 0 = automatic, 8 with the flat
+    rasterizer on a CPU (faster there: docs/time_to_quality.md), else 16 as gsplat; or a size in pixels."""
     fisheye: Literal["native", "undistorted"] = "native"
     """How fisheye captures (OPENCV_FISHEYE: nerfstudio's FISHEYE cameras, k1-k4) train and draw: "native" = as
     fisheyes, on their original images, over their whole field of view (training, evaluation, ns-render and the
@@ -160,7 +160,7 @@ class JaxGSModel(SplatfactoModel):
         self.splat_kind = splat_kind(self.config)  # what the renders draw (`jax_backend.SplatKind`)
         self.trained_steps = 0  # steps trained to reach `gaussians` (their SH degree)
         self._view_cache = None
-        self._placed = None  # (the Gaussians, their copy on the render tile devices): `_render_gaussians`
+        self.places = RenderPlaces(self.config)  # where the renders run
         self.psnr = PeakSignalNoiseRatio(data_range=1.0)
         self.ssim = StructuralSimilarityIndexMeasure(data_range=1.0)
         self.lpips = self._try_lpips()
@@ -282,31 +282,11 @@ class JaxGSModel(SplatfactoModel):
 
         return sh_degree_at(self.trained_steps, self.config.sh_degree_interval, self.config.sh_degree)
 
-    @functools.cached_property
-    def _render_layout(self):
-        """Where the viewer's and eval's renders run (decided once, not per frame): one replica,
-        its tiles dealt over the tile-devices setting (automatic: every core on a CPU), within this
-        host's devices (`settings.layout`)."""
-        from .settings import layout
-
-        try:
-            return layout(self.config, for_rendering=True)
-        except ValueError as e:  # $JAXGS_TILE_DEVICES
-            raise InputError(str(e)) from None
-
-    def _render_gaussians(self):
-        """The Gaussians where the renders run: placed on the render tile devices once per change
-        of `self.gaussians` (a block, a load), not per viewer frame (a copy per device each frame:
-        figure viewer-placement, benchmarks/results/library_figures.md)."""
-        if self._placed is None or self._placed[0] is not self.gaussians:
-            self._placed = (self.gaussians, self._render_layout.place(self.gaussians))
-        return self._placed[1]
-
-    def render(self, camera, background=None) -> Dict[str, torch.Tensor]:
+    def render(self, camera, background=None, live: bool = False) -> Dict[str, torch.Tensor]:
         """Render one nerfstudio camera: rgb [H,W,3], depth [H,W,1] (expected camera depth),
         accumulation [H,W,1], and the images the kind of splat shows (`SplatKind.shown`; 2DGS: normals
         [H,W,3], world space, as colours (n + 1) / 2, and median_depth [H,W,1], the depth where the
-        transmittance reaches 0.5)."""
+        transmittance reaches 0.5). `live`: a viewer's render while this process trains."""
         problem = camera_model_problem(camera, 0, "the camera to render", rendering=True)
         if problem:
             raise InputError(problem)
@@ -322,9 +302,10 @@ class JaxGSModel(SplatfactoModel):
         if self.crop_box is not None:
             means = torch.from_numpy(np.asarray(self.gaussians.params["means"]))
             keep = self.crop_box.within(means).numpy()
-        r = self.splat_kind.render(self._render_gaussians(), vm[0], K[0], W, H, sh_degree=self._sh_degree_now(),
+        where = self.places.live if live else self.places.shared
+        r = self.splat_kind.render(self.places.gaussians(self.gaussians, where), vm[0], K[0], W, H, sh_degree=self._sh_degree_now(),
                                    background=bg, rasterizer=self.config.rasterizer,
-                                   rasterize_mode=self.config.rasterize_mode, keep=keep, layout=self._render_layout,
+                                   rasterize_mode=self.config.rasterize_mode, keep=keep, layout=where,
                                    camera_model=model, distortion=distortion)
         alpha = r.alpha[:h, :w]  # numpy: no program per size
         outputs = {
@@ -345,11 +326,12 @@ class JaxGSModel(SplatfactoModel):
     @torch.no_grad()
     def get_outputs_for_camera(self, camera, obb_box=None) -> Dict[str, torch.Tensor]:
         self.crop_box, t0 = obb_box, time.perf_counter()
+        live = self.view_timer is not None and type(threading.current_thread()).__name__ == "RenderStateMachine"
         try:
-            out = self.render(camera.reshape((1,)) if camera.shape == () else camera[:1])
+            out = self.render(camera.reshape((1,)) if camera.shape == () else camera[:1], live=live)
         finally:
             self.crop_box = None
-        if self.view_timer is not None and type(threading.current_thread()).__name__ == "RenderStateMachine":
+        if live:
             self.view_timer(time.perf_counter() - t0)
         return out
 

@@ -310,6 +310,41 @@ def test_viewer_is_not_locked_out_while_a_block_runs():
     assert seen == {"during_block": True, "during_sync": False} and out["gaussian_count"] == 5
 
 
+def test_a_viewer_render_while_training_runs_on_one_device(monkeypatch):
+    """While ns-train trains (its trainer gave the model a view timer), a render the viewer's render
+    thread asks for runs on one device: dealt over the devices a block runs on, it waited for the
+    block's end (#56). Other renders (eval, ns-viewer) use the render layout."""
+    import threading
+
+    from nerfstudio.cameras.cameras import Cameras
+
+    model = _model()
+    used, timed = [], []
+    place = model.places.gaussians
+    monkeypatch.setattr(model.places, "gaussians", lambda g, layout: used.append(layout) or place(g, layout))
+    c2w = torch.eye(4)[:3]
+    c2w[2, 3] = 6.0
+    camera = Cameras(camera_to_worlds=c2w[None], fx=60.0, fy=60.0, cx=32.0, cy=24.0, width=64, height=48)
+
+    class RenderStateMachine(threading.Thread):  # named as nerfstudio's render thread
+        def run(self):
+            model.get_outputs_for_camera(camera)
+
+    def viewer_render():
+        thread = RenderStateMachine()
+        thread.start()
+        thread.join()
+
+    viewer_render()  # no training in this process: the render layout
+    model.get_outputs_for_camera(camera)
+    model.view_timer = timed.append  # as the trainer does when it trains with the viewer
+    model.get_outputs_for_camera(camera)  # eval's, between blocks
+    viewer_render()
+    live = model.places.live
+    assert used == [model.places.shared] * 3 + [live] and len(timed) == 1
+    assert (live.replicas, live.tile_devices) == (1, 1)
+
+
 def test_viewer_first_view_check_tells_an_empty_view():
     """The viewer moves a client to a training camera only when its view sees nothing: a camera
     looking at the Gaussians sees them, the same camera turned away does not."""

@@ -1,0 +1,42 @@
+"""Where the model's renders run (eval's, ns-render's, the viewer's), and the Gaussians placed
+there once per change of them (a block, a load), not per viewer frame (a copy per device each
+frame: figure viewer-placement, benchmarks/results/library_figures.md)."""
+from __future__ import annotations
+
+import functools
+
+from .errors import InputError
+
+
+class RenderPlaces:
+    def __init__(self, config):
+        self.config = config
+        self._placed = None  # (the Gaussians, {id(layout): their copy where that layout renders})
+
+    @functools.cached_property
+    def shared(self):
+        """One replica, its tiles dealt over the tile-devices setting (automatic: every core on a
+        CPU), within this host's devices (`settings.layout`); decided once, not per frame."""
+        from .settings import layout
+
+        try:
+            return layout(self.config, for_rendering=True)
+        except ValueError as e:  # $JAXGS_TILE_DEVICES
+            raise InputError(str(e)) from None
+
+    @functools.cached_property
+    def live(self):
+        """A viewer's render while this process trains: one device. Dealt over the devices a block
+        runs on, a render waits for the block's end (#56; figure: live-render,
+        benchmarks/results/library_figures.md)."""
+        from jax_backend import make_layout
+
+        return make_layout(replicas=1, tile_devices=1)
+
+    def gaussians(self, gaussians, layout):
+        """`gaussians` where `layout`'s renders run."""
+        if self._placed is None or self._placed[0] is not gaussians:
+            self._placed = (gaussians, {})
+        if id(layout) not in self._placed[1]:
+            self._placed[1][id(layout)] = layout.place(gaussians)
+        return self._placed[1][id(layout)]
