@@ -24,7 +24,7 @@ jittered by its scale, scales shrunk by the cube root of the growth), opacities 
 Gaussians are opaque and the blend stops earlier).
 
     python -m benchmarks.profile_capture [--gaussians 25000,100000,300000,1000000] [--downscales 4,2,1]
-        [--steps 4] [--repeat 3] [--data ../shared/data/snowmiku] [--without-ssim]
+        [--steps 4] [--repeat 3] [--data ../shared/data/snowmiku] [--without-ssim] [--tile-size 0]
 """
 from __future__ import annotations
 
@@ -115,7 +115,8 @@ def step_time(tr, steps: int, repeat: int, warmup: int = 1) -> float:
     return (time.perf_counter() - t0) / (reps * steps)
 
 
-def profile(engine, n: int, downscale: int, steps: int, repeat: int, without_ssim: bool = False) -> dict:
+def profile(engine, n: int, downscale: int, steps: int, repeat: int, without_ssim: bool = False,
+            tile_size: int = 0) -> dict:
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -131,6 +132,7 @@ def profile(engine, n: int, downscale: int, steps: int, repeat: int, without_ssi
     levels = int(round(math.log2(downscale)))
     base = engine.cfg
     cfg = dataclasses.replace(base, num_downscales=levels, resolution_schedule=10**9, steps_per_block=steps,
+                              tile_size=tile_size,
                               strategy=dataclasses.replace(base.strategy, refine_start=10**9))
     g = grown(engine.gaussians, n)
     tr = Trainer(cfg, engine.data, g, engine.scene_extent, layout=engine.layout, log=lambda *a: None)
@@ -150,7 +152,8 @@ def profile(engine, n: int, downscale: int, steps: int, repeat: int, without_ssi
     vm, K = jnp.asarray(data.viewmats[0]), jnp.asarray(Ks[0])
     gs = tr.gaussians
     means, quats, scales, opac, sh = activated(gs.params, gs.alive)
-    cap, grid = tr.isect_capacity, TileGrid(W, H, 16)
+    tile = tr.cfg.tile_size  # as the run trains (the Trainer's pick when the setting is 0: automatic)
+    cap, grid = tr.isect_capacity, TileGrid(W, H, tile)
     image = jnp.asarray(np.asarray(data.images[0])[::downscale, ::downscale][:H, :W, :3], jnp.float32) / 255.0
 
     @jax.jit
@@ -166,7 +169,7 @@ def profile(engine, n: int, downscale: int, steps: int, repeat: int, without_ssi
 
     def render(means, quats, scales, opac, sh):
         return traced_rasterization(means, quats, scales, opac, sh, vm[None], K[None], W, H, sh_degree=3,
-                                    isect_capacity=cap, rasterizer="flat")[0][0]
+                                    isect_capacity=cap, rasterizer="flat", tile_size=tile)[0][0]
 
     fwd = jax.jit(render)
     grad = jax.jit(jax.grad(lambda *p: jnp.abs(render(*p) - image).mean(), argnums=(0, 1, 2, 3, 4)))
@@ -189,7 +192,7 @@ def profile(engine, n: int, downscale: int, steps: int, repeat: int, without_ssi
     lengths = np.asarray(bins.tile_end) - np.asarray(bins.tile_start)
     row["tiles_cpu"] = tile_stats(lengths, auto_groups(len(lengths), "cpu"))
     row["tiles_accel"] = tile_stats(lengths, 1)
-    row["width"], row["height"] = W, H
+    row["width"], row["height"], row["tile"] = W, H, tile
     return row
 
 
@@ -201,13 +204,14 @@ def main():
     ap.add_argument("--steps", type=int, default=4, help="steps in each timed block")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--without-ssim", action="store_true", help="also time the whole step with ssim_lambda 0")
+    ap.add_argument("--tile-size", type=int, default=0, help="tile edge in pixels (0: as ns-train picks it)")
     a = ap.parse_args()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     engine = load_engine(a.data)
     import jax
 
     print(f"# python -m benchmarks.profile_capture --gaussians {a.gaussians} --downscales {a.downscales} "
-          f"--steps {a.steps} --repeat {a.repeat}" + (" --without-ssim" if a.without_ssim else ""))
+          f"--steps {a.steps} --repeat {a.repeat} --tile-size {a.tile_size}" + (" --without-ssim" if a.without_ssim else ""))
     print(f"# {a.data.name}: {engine.data.num_views} training views {engine.data.width}x{engine.data.height}, "
           f"{int(engine.gaussians.alive.sum())} seed Gaussians; jax {jax.__version__}, "
           f"{engine.layout.tile_devices} CPU device(s) dealing each view's tiles; seconds per step")
@@ -217,13 +221,14 @@ def main():
     rows = []
     for n in (int(x) for x in a.gaussians.split(",")):
         for d in (int(x) for x in a.downscales.split(",")):
-            r = profile(engine, n, d, a.steps, a.repeat, a.without_ssim)
+            r = profile(engine, n, d, a.steps, a.repeat, a.without_ssim, a.tile_size)
             rows.append(r)
             print(f"| {n:,} | {r['width']}x{r['height']} | {r['step']:.3f} | {r['projection']:.3f} | "
                   f"{r['binning']:.3f} | {r['blend_forward']:.3f} | {r['blend_backward']:.3f} | {r['loss']:.3f} | "
                   f"{r['adam']:.3f} | {r['density_control']:.4f} |"
                   + (f" whole step without SSIM: {r['step_without_ssim']:.3f}" if a.without_ssim else ""), flush=True)
-    print("\nIntersections per 16x16 tile (view 0) and the slots the flat rasterizer walks")
+    tile = rows[0]["tile"] if rows else 16
+    print(f"\nIntersections per {tile}x{tile} tile (view 0) and the slots the flat rasterizer walks")
     print("| Gaussians | resolution | tiles | intersections | mean | p99 | max | CV | CPU: padded slots (useful) | "
           "accelerator, one group: padded slots (useful) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
