@@ -24,7 +24,7 @@ jittered by its scale, scales shrunk by the cube root of the growth), opacities 
 Gaussians are opaque and the blend stops earlier).
 
     python -m benchmarks.profile_capture [--gaussians 25000,100000,300000,1000000] [--downscales 4,2,1]
-        [--steps 4] [--repeat 3] [--data ../shared/data/snowmiku] [--without-ssim] [--tile-size 0]
+        [--steps 4] [--repeat 3] [--data ../shared/data/snowmiku] [--without-ssim] [--tile-size 16]
 """
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def step_time(tr, steps: int, repeat: int, warmup: int = 1) -> float:
 
 
 def profile(engine, n: int, downscale: int, steps: int, repeat: int, without_ssim: bool = False,
-            tile_size: int = 0) -> dict:
+            tile_size: int = 16) -> dict:
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -204,7 +204,7 @@ def main():
     ap.add_argument("--steps", type=int, default=4, help="steps in each timed block")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--without-ssim", action="store_true", help="also time the whole step with ssim_lambda 0")
-    ap.add_argument("--tile-size", type=int, default=0, help="tile edge in pixels (0: as ns-train picks it)")
+    ap.add_argument("--tile-size", type=int, default=16, help="tile edge in pixels (jax-gs's 16; 0: automatic, jax-gs-fast's)")
     a = ap.parse_args()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     engine = load_engine(a.data)

@@ -88,9 +88,9 @@ FAST_STEPS = 2000
 # quality (docs/time_to_quality.md has each piece's measured effect): FAST_STEPS steps, most of them
 # at quarter and half resolution (full resolution for the last 10%), densification from step 300
 # to step 1700 under a Gaussian budget (the largest screen gradients first), SH bands every 500
-# steps.
+# steps, and the tile size picked for the platform (8 pixels on a CPU).
 FAST_MODEL = JaxGSModelConfig(full_resolution_at=0.9, warmup_length=300, stop_split_at=1700, max_gaussians=100_000,
-                              sh_degree_interval=500)
+                              sh_degree_interval=500, tile_size=0)
 
 jax_gs_fast_method = MethodSpecification(
     config=_trainer_config("jax-gs-fast", FAST_MODEL, max_num_iterations=FAST_STEPS),

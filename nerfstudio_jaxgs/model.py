@@ -60,9 +60,9 @@ class JaxGSModelConfig(SplatfactoModelConfig):
     rasterizer: Literal["auto", "flat", "standard", "pallas"] = "auto"
     """Rasterizer: "auto" (pallas on a GPU, flat elsewhere), "flat" (all tiles on one axis, built for TPUs/XLA),
     "standard" (vmap over tiles and pixels) or "pallas" (one kernel per pass; interpreted, slow, on a CPU)."""
-    tile_size: int = 0
-    """Tile edge in pixels of the training renders (the same images at any size): 0 = automatic, 8 with the flat
-    rasterizer on a CPU (faster there: docs/time_to_quality.md), else 16 as gsplat; or a size in pixels."""
+    tile_size: int = 16
+    """Tile edge in pixels of the training renders (the same images at any size): 16 as gsplat; 0 = 8 with the flat
+    rasterizer on a CPU (faster there on real captures: docs/time_to_quality.md), else 16 (jax-gs-fast's)."""
     fisheye: Literal["native", "undistorted"] = "native"
     """How fisheye captures (OPENCV_FISHEYE: nerfstudio's FISHEYE cameras, k1-k4) train and draw: "native" = as
     fisheyes, on their original images, over their whole field of view (training, evaluation, ns-render and the

@@ -194,9 +194,8 @@ def test_the_fast_preset_is_splatfactos_settings_shaped_for_time_to_quality():
     model = fast.pipeline.model
     cfg = train_config(model, max_steps=fast.max_num_iterations, num_train_data=NUM_TRAIN, optimizers=fast.optimizers)
     assert [cfg.downscale_at(s) for s in (0, 899, 900, 1799, 1800)] == [4, 4, 2, 2, 1]  # full resolution: last 10%
-    assert cfg.tile_size == 0  # automatic (the Trainer's pick for its rasterizer and platform), as jax-gs's
-    assert train_config(dataclasses.replace(model, tile_size=16), max_steps=2000, num_train_data=NUM_TRAIN,
-                        optimizers=fast.optimizers).tile_size == 16  # gsplat's, on request
+    assert cfg.tile_size == 0 and train_config(model.__class__(), max_steps=2000, num_train_data=NUM_TRAIN,
+                                               optimizers=fast.optimizers).tile_size == 16  # jax-gs: gsplat's 16
     assert cfg.strategy.budget == 100_000 and (cfg.strategy.refine_start, cfg.strategy.refine_stop) == (300, 1700)
     assert cfg.sh_degree_interval == 500 and cfg.optim.means.decay_steps == 30000  # splatfacto's rates
     # every piece is a setting a user overrides as splatfacto's
