@@ -303,7 +303,8 @@ class JaxGSModel(SplatfactoModel):
             means = torch.from_numpy(np.asarray(self.gaussians.params["means"]))
             keep = self.crop_box.within(means).numpy()
         where = self.places.live if live else self.places.shared
-        r = self.splat_kind.render(self.places.gaussians(self.gaussians, where), vm[0], K[0], W, H, sh_degree=self._sh_degree_now(),
+        shown = self.places.gaussians(self.gaussians, where)
+        r = self.splat_kind.render(shown, vm[0], K[0], W, H, sh_degree=self._sh_degree_now(),
                                    background=bg, rasterizer=self.config.rasterizer,
                                    rasterize_mode=self.config.rasterize_mode, keep=keep, layout=where,
                                    camera_model=model, distortion=distortion)

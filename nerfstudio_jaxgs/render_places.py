@@ -11,7 +11,7 @@ from .errors import InputError
 class RenderPlaces:
     def __init__(self, config):
         self.config = config
-        self._placed = None  # (the Gaussians, {id(layout): their copy where that layout renders})
+        self._placed = None  # (the Gaussians, {layout: their copy where that layout renders})
 
     @functools.cached_property
     def shared(self):
@@ -37,6 +37,7 @@ class RenderPlaces:
         """`gaussians` where `layout`'s renders run."""
         if self._placed is None or self._placed[0] is not gaussians:
             self._placed = (gaussians, {})
-        if id(layout) not in self._placed[1]:
-            self._placed[1][id(layout)] = layout.place(gaussians)
-        return self._placed[1][id(layout)]
+        copies = self._placed[1]
+        if layout not in copies:
+            copies[layout] = layout.place(gaussians)
+        return copies[layout]
