@@ -10,8 +10,8 @@ For each (Gaussians, resolution):
 - its pieces, each jitted alone on one view and one device (a piece alone is not always what it
   costs inside the step; read them as shares, the step row is what a run pays): projection with
   the SH colours; binning (its sort); the blend forward; the blend backward (forward + backward
-  of an L1 loss, minus the forward); the photometric loss (L1 + SSIM) with its gradient; Adam's
-  update of every slot; density control (once per block of `steps_per_block` steps, shown per
+  of an L1 loss, minus the forward); the photometric loss (L1 + SSIM) with its gradient (called
+  in a loop, as a block calls it); Adam's update of every slot; density control (once per block of `steps_per_block` steps, shown per
   step);
 - the intersections per tile of that view (mean, 99th percentile, max, coefficient of variation)
   against the (Gaussian, pixel-row) work the flat rasterizer walks: every tile in a group walks to
@@ -24,7 +24,11 @@ jittered by its scale, scales shrunk by the cube root of the growth), opacities 
 Gaussians are opaque and the blend stops earlier).
 
     python -m benchmarks.profile_capture [--gaussians 25000,100000,300000,1000000] [--downscales 4,2,1]
-        [--steps 4] [--repeat 3] [--data ../shared/data/snowmiku] [--without-ssim] [--tile-size 16]
+        [--steps 4] [--repeat 3] [--data ../shared/data/snowmiku] [--without-ssim] [--tile-size 16] [--trace]
+
+With --trace, one block is also traced with JAX's profiler and each device's busy share of it is
+printed: the time its thread spent inside XLA's operations, the rest going to the runtime between
+operations and to waiting for the other device.
 """
 from __future__ import annotations
 
@@ -115,8 +119,66 @@ def step_time(tr, steps: int, repeat: int, warmup: int = 1) -> float:
     return (time.perf_counter() - t0) / (reps * steps)
 
 
+def in_a_loop(fn, x, steps: int, repeat: int) -> float:
+    """Seconds per call of `fn` (x -> like x) called `steps` times in a row inside one compiled
+    loop, as a training block calls the loss: XLA's CPU convolution (SSIM's blur) is several times
+    slower as a program's top-level operation than inside a loop (0.57 against 0.03-0.05 s for the
+    full-resolution loss here, 2026-12-06)."""
+    import jax
+
+    def chain(x):
+        return jax.lax.fori_loop(0, steps, lambda i, y: y - 1e-3 * fn(y), x)
+
+    return timed(jax.jit(chain), x, repeat=repeat) / steps
+
+
+def device_busy(trace_dir: str) -> list:
+    """From a JAX profiler trace (`create_perfetto_trace`): for each thread that ran XLA's
+    operations, the share of the traced span it spent in them. The rest is the runtime between
+    operations (dispatching the next one) and waiting for the other devices."""
+    import collections
+    import glob
+    import gzip
+    import json
+
+    path = glob.glob(os.path.join(trace_dir, "**", "*.trace.json.gz"), recursive=True)[0]
+    events = json.load(gzip.open(path))
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    spans, fusions = collections.defaultdict(list), collections.Counter()
+    for e in events:
+        if e.get("ph") == "X" and not e["name"].startswith("$") and "ThunkExecutor" not in e["name"]:
+            spans[e["tid"]].append((e["ts"], e["ts"] + e.get("dur", 0)))
+            fusions[e["tid"]] += "fusion" in e["name"]
+    devices = [s for tid, s in spans.items() if fusions[tid] >= 100]  # not the Python thread's or helpers'
+    start = min(a for s in devices for a, _ in s)
+    end = max(b for s in devices for _, b in s)
+    shares = []
+    for s in devices:
+        s.sort()
+        busy, (lo, hi) = 0.0, s[0]
+        for a, b in s[1:]:
+            if a > hi:
+                busy, lo = busy + hi - lo, a
+            hi = max(hi, b)
+        shares.append((busy + hi - lo) / max(end - start, 1e-9))
+    return sorted(shares, reverse=True)
+
+
+def traced_busy(tr, steps: int) -> list:
+    """`device_busy` of one block of `steps` steps of `tr` (already compiled)."""
+    import tempfile
+
+    import jax
+
+    with tempfile.TemporaryDirectory() as d:
+        with jax.profiler.trace(d, create_perfetto_trace=True):
+            tr.run_block(steps)
+            jax.block_until_ready(tr.device_state)
+        return device_busy(d)
+
+
 def profile(engine, n: int, downscale: int, steps: int, repeat: int, without_ssim: bool = False,
-            tile_size: int = 16) -> dict:
+            tile_size: int = 16, trace: bool = False) -> dict:
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -141,6 +203,8 @@ def profile(engine, n: int, downscale: int, steps: int, repeat: int, without_ssi
     # the whole step, as the run pays it
     row["step"] = step_time(tr, steps, repeat)
     row["isect_capacity"] = tr.isect_capacity
+    if trace:
+        row["busy"] = traced_busy(tr, steps)
     if without_ssim:  # the same step with the SSIM term left out of the loss (ssim_lambda 0)
         plain = Trainer(dataclasses.replace(cfg, ssim_lambda=0.0), engine.data, g, engine.scene_extent,
                         layout=engine.layout, log=lambda *a: None)
@@ -179,7 +243,7 @@ def profile(engine, n: int, downscale: int, steps: int, repeat: int, without_ssi
     t_fwd = timed(fwd, *splats, repeat=repeat)
     t_grad = timed(grad, *splats, repeat=repeat)
     render_img = jnp.clip(fwd(*splats), 0, 1)
-    t_loss = timed(jax.jit(jax.grad(lambda x: photometric_loss(x, image, None, 0.2))), render_img, repeat=repeat)
+    t_loss = in_a_loop(jax.grad(lambda x: photometric_loss(x, image, None, 0.2)), render_img, steps, repeat)
     state = tr.state
     tx = tr.opt.gaussians
     ones = jax.tree_util.tree_map(jnp.ones_like, state.gaussians.params)
@@ -204,6 +268,8 @@ def main():
     ap.add_argument("--steps", type=int, default=4, help="steps in each timed block")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--without-ssim", action="store_true", help="also time the whole step with ssim_lambda 0")
+    ap.add_argument("--trace", action="store_true",
+                    help="also trace one block with JAX's profiler: each device's busy share of the step")
     ap.add_argument("--tile-size", type=int, default=16, help="tile edge in pixels (jax-gs's 16; 0: automatic, jax-gs-fast's)")
     a = ap.parse_args()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -211,7 +277,8 @@ def main():
     import jax
 
     print(f"# python -m benchmarks.profile_capture --gaussians {a.gaussians} --downscales {a.downscales} "
-          f"--steps {a.steps} --repeat {a.repeat} --tile-size {a.tile_size}" + (" --without-ssim" if a.without_ssim else ""))
+          f"--steps {a.steps} --repeat {a.repeat} --tile-size {a.tile_size}" + (" --without-ssim" if a.without_ssim else "")
+          + (" --trace" if a.trace else ""))
     print(f"# {a.data.name}: {engine.data.num_views} training views {engine.data.width}x{engine.data.height}, "
           f"{int(engine.gaussians.alive.sum())} seed Gaussians; jax {jax.__version__}, "
           f"{engine.layout.tile_devices} CPU device(s) dealing each view's tiles; seconds per step")
@@ -221,12 +288,13 @@ def main():
     rows = []
     for n in (int(x) for x in a.gaussians.split(",")):
         for d in (int(x) for x in a.downscales.split(",")):
-            r = profile(engine, n, d, a.steps, a.repeat, a.without_ssim, a.tile_size)
+            r = profile(engine, n, d, a.steps, a.repeat, a.without_ssim, a.tile_size, a.trace)
             rows.append(r)
             print(f"| {n:,} | {r['width']}x{r['height']} | {r['step']:.3f} | {r['projection']:.3f} | "
                   f"{r['binning']:.3f} | {r['blend_forward']:.3f} | {r['blend_backward']:.3f} | {r['loss']:.3f} | "
                   f"{r['adam']:.3f} | {r['density_control']:.4f} |"
-                  + (f" whole step without SSIM: {r['step_without_ssim']:.3f}" if a.without_ssim else ""), flush=True)
+                  + (f" whole step without SSIM: {r['step_without_ssim']:.3f}" if a.without_ssim else "")
+                  + (" devices busy: " + ", ".join(f"{b:.0%}" for b in r["busy"]) if a.trace else ""), flush=True)
     tile = rows[0]["tile"] if rows else 16
     print(f"\nIntersections per {tile}x{tile} tile (view 0) and the slots the flat rasterizer walks")
     print("| Gaussians | resolution | tiles | intersections | mean | p99 | max | CV | CPU: padded slots (useful) | "

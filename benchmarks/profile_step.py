@@ -10,8 +10,10 @@ whole training step (`Trainer.run_block`, per step), with and without the SSIM t
 
 It runs on one XLA CPU device (the tiles are not dealt over the cores), and a piece jitted alone
 is not always what it costs inside the step: the L1+SSIM gradient alone takes longer than a
-whole step that contains it, while dropping SSIM from the step saves only a few ms. Read the
-rows as the ablation they are; the step rows are the ones a training run pays.
+whole step that contains it (XLA's CPU convolution is slow as a program's top-level operation
+and fast inside the block's loop: docs/time_to_quality.md). Read the rows as the ablation they
+are; the step rows are the ones a training run pays. (Before 2026-12-06 the step "without SSIM"
+still computed SSIM and multiplied it by 0; `photometric_loss` now leaves the blurs out.)
 """
 from __future__ import annotations
 

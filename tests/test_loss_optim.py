@@ -148,3 +148,13 @@ def test_ssim_as_built_for_tpu_matches_the_convolutions(request, padding):
     v_tpu, g_tpu = jax.value_and_grad(f)(a)
     np.testing.assert_allclose(float(v_tpu), float(v_cpu), rtol=1e-6)
     np.testing.assert_allclose(np.asarray(g_tpu), np.asarray(g_cpu), rtol=1e-4, atol=1e-5)
+
+
+def test_a_zero_ssim_weight_leaves_the_blurs_out():
+    """--pipeline.model.ssim-lambda 0: the loss is the L1 term, and the program holds no blur."""
+    rng = np.random.default_rng(1)
+    a, b = (jnp.asarray(rng.uniform(size=(24, 30, 3)), jnp.float32) for _ in range(2))
+    np.testing.assert_allclose(float(photometric_loss(a, b, None, 0.0)), float(jnp.mean(jnp.abs(a - b))), rtol=1e-6)
+    grad = jax.jit(jax.grad(lambda x, lam: photometric_loss(x, b, None, lam)), static_argnums=1)
+    assert "convolution" not in grad.lower(a, 0.0).as_text()
+    assert "convolution" in grad.lower(a, 0.2).as_text()

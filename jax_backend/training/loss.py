@@ -113,8 +113,11 @@ def ssim(a, b, mask=None, **kw):
 
 
 def photometric_loss(render, target, mask=None, ssim_lambda: float = 0.2):
-    """(1 - lambda) L1 + lambda (1 - SSIM) over the masked pixels of [H, W, C] images."""
+    """(1 - lambda) L1 + lambda (1 - SSIM) over the masked pixels of [H, W, C] images; L1 alone,
+    without SSIM's blurs, when lambda is 0."""
     l1 = masked_mean(jnp.abs(render - target), mask)
+    if isinstance(ssim_lambda, (int, float)) and ssim_lambda == 0:
+        return l1
     return (1.0 - ssim_lambda) * l1 + ssim_lambda * (1.0 - ssim(render, target, mask))
 
 
