@@ -134,6 +134,10 @@ class Layout:
         """Arrays split by their leading axis (rows) over the tile devices (whole on each replica)."""
         return NamedSharding(self.tile_mesh(), P(TILE_AXIS))
 
+    def image_rows_sharding(self) -> NamedSharding:
+        """Per-view images [views, H, W, ...] split by their rows (H) over the tile devices."""
+        return NamedSharding(self.tile_mesh(), P(None, TILE_AXIS))
+
     def whole_sharding(self) -> NamedSharding:
         """Arrays whole on each device."""
         return NamedSharding(self.tile_mesh(), P())

@@ -212,3 +212,27 @@ def test_a_block_with_the_rows_split_compiles_for_other_devices_with_its_share_o
         assert {d.id for d in compiled.input_shardings[0][2].gaussians.alive.device_set} == {d.id for d in target}
     state = 8192 * (3 + 3 + 4 + 1 + 3 + 9) * 4 * 3  # parameters and Adam's two moments, float32
     assert sizes[1] - sizes[2] > 0.4 * state, sizes
+
+
+def test_the_loss_of_large_images_is_split_by_rows_and_trains_as_one_device(monkeypatch):
+    """On a CPU dealing tiles, a large image's loss is computed by rows on each tile device
+    (`step.split_for_the_loss`); the run trains as on one device. The threshold is lowered so that
+    the known scene's small images take that path."""
+    from jax_backend.training import step
+
+    monkeypatch.setattr(step, "LOSS_ROWS_MIN_PIXELS", 0)
+    layout = make_layout(tile_devices=2)
+    text = jax.jit(lambda x: step.split_for_the_loss(layout, x, None)[0]).lower(jnp.zeros((1, 8, 6, 3))).as_text()
+    assert '[{}, {"tiles"}, {}, {}]' in text  # the image's rows (H) over the tile devices
+    _, train, _ = known_scene(views=8)
+    cfg = TrainConfig(max_steps=30, steps_per_block=10, sh_degree=1, sh_degree_interval=10,
+                      optim=OptimConfig().with_eps(1e-6))
+    g = init_random(256, -1, 1, sh_degree=1, capacity=512)
+    two = Trainer(cfg, train, g, scene_extent=1.5, log=lambda m: None, layout=layout)
+    one = Trainer(cfg, train, g, scene_extent=1.5, log=lambda m: None, layout=make_layout(tile_devices=1))
+    for _ in range(2):
+        m2, _ = two.run_block()
+        m1, _ = one.run_block()
+        np.testing.assert_allclose(m2["loss"], m1["loss"], rtol=1e-4)
+    np.testing.assert_allclose(np.asarray(two.state.gaussians.params["means"]),
+                               np.asarray(one.state.gaussians.params["means"]), atol=1e-4)

@@ -152,6 +152,22 @@ def rendered_views(cfg: TrainConfig, layout: Layout, isect_capacity: int, params
                                      absgrad=cfg.strategy.absgrad, layout=layout, tile_size=cfg.tile_size)
 
 
+LOSS_ROWS_MIN_PIXELS = 100_000  # images this large have their loss split by rows (figure: loss-rows)
+
+
+def split_for_the_loss(layout: Layout, *images):
+    """The renders, targets and masks [views, H, W, ...] the loss compares, split by image rows
+    over the tile devices (`Layout.image_rows_sharding`), on a CPU dealing each view's tiles, for
+    images of LOSS_ROWS_MIN_PIXELS or more: each device then blurs and compares its own rows (the
+    blurs' borders exchanged by XLA) instead of every device computing the whole image's loss.
+    Smaller images, other platforms and one device: as they are. None passes through (no masks)."""
+    height, width = images[0].shape[1:3]
+    if layout.tile_devices <= 1 or layout.platform != "cpu" or height * width < LOSS_ROWS_MIN_PIXELS:
+        return images
+    rows = layout.image_rows_sharding()
+    return tuple(x if x is None else jax.lax.with_sharding_constraint(x, rows) for x in images)
+
+
 def train_step(cfg: TrainConfig, opt: Optimizers, layout: Layout, isect_capacity: int, downscale: int, plan: ViewPlan,
                data: Dataset, table: ImageTable, state: TrainState, index):
     """One optimisation step on this replica's views: the loss of the renders (through the per-view
@@ -175,7 +191,8 @@ def train_step(cfg: TrainConfig, opt: Optimizers, layout: Layout, isect_capacity
         renders, meta, geometry = rendered_views(cfg, layout, isect_capacity, params, g.alive, viewmats, Ks, width,
                                                  height, bgs, probe, data.distortions[views], masks, state.step)
         renders = corrected_renders(fixes, learned, views, renders)
-        per_view = jax.vmap(photometric_loss, in_axes=(0, 0, 0, None))(renders, targets, masks, cfg.ssim_lambda)
+        compared = split_for_the_loss(layout, renders, targets, masks)
+        per_view = jax.vmap(photometric_loss, in_axes=(0, 0, 0, None))(*compared, cfg.ssim_lambda)
         loss = (jnp.mean(per_view) + geometry + regularization(cfg, params, g.alive, state.step)
                 + penalties(fixes, learned))
         return loss, (renders, per_view, meta)
