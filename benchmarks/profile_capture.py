@@ -150,6 +150,8 @@ def device_busy(trace_dir: str) -> list:
             spans[e["tid"]].append((e["ts"], e["ts"] + e.get("dur", 0)))
             fusions[e["tid"]] += "fusion" in e["name"]
     devices = [s for tid, s in spans.items() if fusions[tid] >= 100]  # not the Python thread's or helpers'
+    if not devices:
+        return []
     start = min(a for s in devices for a, _ in s)
     end = max(b for s in devices for _, b in s)
     shares = []
