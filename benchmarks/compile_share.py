@@ -25,10 +25,9 @@ from .time_to_quality import SCENES
 
 # runs ns-train in this process with a listener on JAX's compile events; prints them as JSON at exit
 WRAPPER = """
-import atexit, json, sys, time
+import atexit, json, sys
 from jax import monitoring
 events = []
-start = time.perf_counter()
 def heard(event, seconds, **kw):
     if event.startswith("/jax/core/compile/"):
         events.append((event.rsplit("/", 1)[-1], seconds, str(kw.get("fun_name", ""))))

@@ -11,8 +11,8 @@ For each (Gaussians, resolution):
   costs inside the step; read them as shares, the step row is what a run pays): projection with
   the SH colours; binning (its sort); the blend forward; the blend backward (forward + backward
   of an L1 loss, minus the forward); the photometric loss (L1 + SSIM) with its gradient (called
-  in a loop, as a block calls it); Adam's update of every slot; density control (once per block of `steps_per_block` steps, shown per
-  step);
+  in a loop, as a block calls it); Adam's update of every slot; density control (once per block
+  of `steps_per_block` steps, shown per step);
 - the intersections per tile of that view (mean, 99th percentile, max, coefficient of variation)
   against the (Gaussian, pixel-row) work the flat rasterizer walks: every tile in a group walks to
   the group's longest list (on a CPU about 16 tiles a group, heaviest first; on an accelerator
