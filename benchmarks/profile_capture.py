@@ -251,7 +251,7 @@ def profile(engine, n: int, downscale: int, steps: int, repeat: int, without_ssi
     ones = jax.tree_util.tree_map(jnp.ones_like, state.gaussians.params)
     t_adam = timed(jax.jit(lambda s: tx.update(ones, s, state.gaussians.params)), state.opt_state, repeat=repeat)
     refine = tr.make_refine()
-    t_refine = timed(refine, state, jnp.int32(0), repeat=max(1, repeat // 2))
+    t_refine = timed(refine, np.float32(tr.scene_extent), state, jnp.int32(0), repeat=max(1, repeat // 2))
     row.update(projection=t_proj, binning=t_bin - t_proj, blend_forward=t_fwd - t_bin, blend_backward=t_grad - t_fwd,
                loss=t_loss, adam=t_adam, density_control=t_refine / base.steps_per_block)
     bins, _ = project_and_bin(*splats)

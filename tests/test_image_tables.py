@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from jax_backend import DefaultStrategy, OptimConfig, TrainConfig, Trainer, ViewPlan, init_random, make_layout
+from jax_backend.training.data import view_bucket
 from jax_backend.training.image_tables import IMAGES_SHARE, where_images_go
 from synthetic import known_scene
 
@@ -64,7 +65,7 @@ def test_data_parallel_replicas_hold_the_dataset_once(scene, images):
     assert len(per_replica) == 2  # one slice per replica device, not a copy each
     if images == "device":
         V = train.num_views  # dealt to 2 lanes: each replica holds half
-        assert per_replica == [1, 1] and table.images.shape[1] == -(-V // 2)
+        assert per_replica == [1, 1] and table.images.shape[1] == view_bucket(-(-V // 2))
         rows = [ViewPlan(V, 1, 2).lane_rows(r) for r in range(2)]
         assert sorted(set(np.concatenate(rows).tolist())) == list(range(V))
     # the same training as one device rendering both lanes' views in a batch (the replicas sum

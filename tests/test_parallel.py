@@ -7,6 +7,7 @@ import pytest
 
 from jax_backend import (GAUSSIANS_3D, DefaultStrategy, MCMCStrategy, OptimConfig, Surfels2D, TrainConfig, Trainer, ViewPlan,
                          init_random, make_layout)
+from jax_backend.training.data import view_bucket
 from synthetic import known_scene
 
 pytestmark = pytest.mark.skipif(len(jax.local_devices()) < 4, reason="needs 4 devices (conftest forces 4 CPU ones)")
@@ -57,6 +58,16 @@ def test_view_plan_deals_each_view_once_per_epoch():
             assert sorted(seq[e * n:(e + 1) * n, lane].tolist()) == table[lane, :n].tolist()
     with pytest.raises(ValueError, match="at least as many"):
         ViewPlan(3, views_per_replica=4).table()
+
+
+def test_view_tables_are_padded_to_a_bucket_of_at_most_a_quarter_more():
+    assert [view_bucket(n) for n in (1, 5, 8, 9, 11, 13, 15, 17, 84, 97, 1000)] == [1, 5, 8, 10, 12, 14, 16, 20, 96,
+                                                                                   112, 1024]
+    assert all(n <= view_bucket(n) < 1.25 * n for n in range(9, 5000))
+    plan = ViewPlan(84, views_per_replica=2)  # lanes of 42 views, each held in 48 rows
+    rows = plan.lane_rows(0).reshape(2, -1)
+    assert plan.rows_per_lane == 48 and rows.shape == (2, 48)
+    assert rows[0, :42].tolist() == list(range(0, 84, 2)) and set(rows[0, 42:].tolist()) == {0}
 
 
 def test_four_devices_equal_one_device_with_a_batch_of_four(scene):

@@ -38,10 +38,10 @@ def lower_block(trainer: Trainer, num_steps: int, target=None):
 def lower_refine(trainer: Trainer, target=None):
     """Density control's one-device program (what the trainer runs when the slots run out),
     lowered as `lower_block`'s."""
-    step = jnp.int32(trainer.step)
+    step, extent = jnp.int32(trainer.step), np.float32(trainer.scene_extent)
     if target is None:
-        return trainer.refine_fn().lower(trainer.state, step)
+        return trainer.refine_fn().lower(extent, trainer.state, step)
     if trainer.layout.data_parallel:
         raise ValueError("lower_refine compiles the one-device program: use a trainer with one replica")
     one = trainer.layout.on(target).for_one_device()
-    return _lowered(trainer.make_refine(), one, _abstract_like(one, (trainer.state, step)))
+    return _lowered(trainer.make_refine(), one, _abstract_like(one, (extent, trainer.state, step)))

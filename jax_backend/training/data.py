@@ -22,10 +22,11 @@ class Dataset(NamedTuple):
     viewmats: jnp.ndarray  # [V, 4, 4] world-to-camera, OpenCV axes
     Ks: jnp.ndarray  # [V, 3, 3]
     distortions: jnp.ndarray  # [V, 4] a fisheye's k1-k4 (`TrainConfig.camera_model`; zeros otherwise)
+    extent: object = None  # [] float32, the scene's extent, in what a block reads (`block_cameras`); else None
 
     @property
     def num_views(self) -> int:
-        return self.images.shape[0]
+        return self.viewmats.shape[0]
 
     @property
     def height(self) -> int:
@@ -43,6 +44,31 @@ class Dataset(NamedTuple):
     def cameras_only(self) -> "Dataset":
         """The cameras, without the images and masks (None)."""
         return self._replace(images=None, masks=None)
+
+
+def view_bucket(n: int) -> int:
+    """The rows an array of `n` views is padded to where a compiled program holds it: `n` up to 8,
+    else the smallest of 4, 5, 6 or 7 times a power of two that is at least `n` (at most a quarter
+    more). Captures whose view counts fall in one bucket compile the same programs."""
+    if n <= 8:
+        return int(n)
+    scale = 1 << (int(n).bit_length() - 3)  # n in [4, 8) x scale
+    return next(m * scale for m in (4, 5, 6, 7, 8) if m * scale >= n)
+
+
+def block_cameras(data: Dataset, scene_extent: float) -> Dataset:
+    """What a block program reads of the dataset: the cameras, padded to `view_bucket` views (the
+    rows past the dataset's are never drawn), and the scene's extent as a value, not a constant of
+    the program: two captures with images of one size, other view counts in one bucket and other
+    extents run the same compiled blocks (the persistent compilation cache serves the second)."""
+    data = data.cameras_only()
+    pad = view_bucket(data.num_views) - data.num_views
+
+    def padded(x):
+        return np.concatenate([np.asarray(x), np.zeros((pad,) + x.shape[1:], np.float32)]) if pad else x
+
+    return data._replace(viewmats=padded(data.viewmats), Ks=padded(data.Ks), distortions=padded(data.distortions),
+                         extent=np.float32(scene_extent))
 
 
 def _opaque(im):
@@ -128,6 +154,12 @@ class ViewPlan:
             table[lane, : len(own)] = own
         return table, (table >= 0).sum(1).astype(np.int32)
 
+    @property
+    def rows_per_lane(self) -> int:
+        """Rows each lane's views take in an image table on the device (`lane_rows`): the width of
+        `table`, padded to its `view_bucket`."""
+        return view_bucket(self.table()[0].shape[1])
+
     def replica_lanes(self):
         """The global lane of each of this replica's [views_per_replica] views (traced)."""
         lanes = jnp.arange(self.views_per_replica)
@@ -151,35 +183,35 @@ class ViewPlan:
 
         return jax.vmap(one)(lanes)
 
-    def draw(self, step):
-        """(views, slots) of this replica at `step` (traced), each [views_per_replica]: the views
-        (this host's indices) it trains on, and where they sit in its lanes' image table
-        (`lane_rows`: lane j's views at j * S ... j * S + S - 1, S = `table`'s width)."""
-        views, positions = self.drawn(self.replica_lanes(), step)
-        return views, jnp.arange(self.views_per_replica) * self.table()[0].shape[1] + positions
-
     def views(self, step):
-        """The [views_per_replica] views (this host's indices) this replica trains on at `step` (traced)."""
-        return self.draw(step)[0]
+        """The [views_per_replica] views (this host's indices) this replica trains on at `step`."""
+        return self.drawn(self.replica_lanes(), step)[0]
 
     def lane_rows(self, replica: int) -> np.ndarray:
-        """The views of this host's `replica`'s image table [views_per_replica * S]: its lanes' rows
-        of `table`, one after the other (a padding slot repeats the lane's first view; none is drawn)."""
+        """The views of this host's `replica`'s image table on the device [views_per_replica *
+        rows_per_lane]: its lanes' rows of `table`, one after the other, each padded to
+        `rows_per_lane` (a padding slot repeats the lane's first view; none is drawn)."""
         table = self.table()[0][replica * self.views_per_replica:(replica + 1) * self.views_per_replica]
+        table = np.pad(table, ((0, 0), (0, self.rows_per_lane - table.shape[1])), constant_values=-1)
         return np.where(table >= 0, table, table[:, :1]).reshape(-1)
 
-    def block_views(self, first: int, num_steps: int) -> np.ndarray:
-        """The views of steps first .. first + num_steps - 1 of every lane of this host, as numpy
-        [num_steps, lanes] (lane order: replica by replica): the same draws as `views` makes on
-        the device, computed ahead of the block."""
+    def block_draws(self, first: int, num_steps: int):
+        """The draws of steps first .. first + num_steps - 1 of every lane of this host, ahead of
+        the block that trains them, as numpy int32 [num_steps, lanes] (lane order: replica by
+        replica): (each lane's view, its position in the lane's row of `table`). The block reads
+        them as values (`image_tables`), so its program holds no view table of the capture."""
         lanes = self.lane_offset + np.arange(self.lanes)
         steps = first + np.arange(num_steps, dtype=np.int32)
-        return np.asarray(_block_draws(self, lanes, steps))
+        return tuple(np.asarray(x, np.int32) for x in _block_draws(self, lanes, steps))
+
+    def block_views(self, first: int, num_steps: int) -> np.ndarray:
+        """The views of `block_draws` [num_steps, lanes]."""
+        return self.block_draws(first, num_steps)[0]
 
 
 @partial(jax.jit, static_argnums=0)
 def _block_draws(plan: ViewPlan, lanes, steps):
-    return jax.vmap(lambda step: plan.drawn(lanes, step)[0])(steps)
+    return jax.vmap(lambda step: plan.drawn(lanes, step))(steps)
 
 
 def downscale_views(images, masks, Ks, factor: int):

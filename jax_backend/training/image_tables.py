@@ -1,13 +1,14 @@
 """Where training keeps the images, and how a block's steps read them.
 
-Two places, one `ImageTable` that the block program reads (`step_images`):
+Every block's draws (`ViewPlan.block_draws`: each step's views) are made on the host ahead of it,
+and the block reads them from its `ImageTable` as values, with each step's rows of images:
+nothing of the capture's view table is a constant of its program. The images stay in one of two
+places:
 - on the device (`DeviceImages`): each replica holds the views its lanes draw
-  (`ViewPlan.lane_rows`: the plan deals the views to lanes), so data-parallel replicas hold the
-  dataset once between them, not once each; a step reads its views at `ViewPlan.draw`'s slots.
-- in host memory (`HostImages`): each block's views are drawn on the host ahead of it, from the
-  same random stream as on the device (`ViewPlan.block_views`), and only those images go to the
-  device, copied while the block before trains (`prefetch`). The block still runs as one program
-  and reads its steps' views from its table by a slot map: nothing looks back at the host.
+  (`ViewPlan.lane_rows`: the plan deals the views to lanes, each lane's padded to a
+  `view_bucket`), so data-parallel replicas hold the dataset once between them, not once each;
+- in host memory (`HostImages`): only the block's views go to the device, copied while the block
+  before trains (`prefetch`).
 Both train the same views on the same pixels, so the results are the same.
 
 Which one a run takes: `where_images_go` (asked for, or automatically when the images would not
@@ -26,31 +27,31 @@ IMAGES_SHARE = 0.5  # "auto" keeps the images on the device while they take at m
 
 
 class ImageTable(NamedTuple):
-    """One replica's training images as a block reads them (data parallel: stacked on a leading
-    replica axis, each replica its own slice)."""
+    """One replica's training images and one block's draws, as the block reads them (data
+    parallel: stacked on a leading replica axis, each replica its own slice)."""
 
     images: object  # [N, H, W * C] uint8 (`interleaved_rows`)
     masks: object  # [N, H, W] bool
-    slots: object = None  # host images: [num_steps, views_per_replica] int32, each step's rows; None on the device
+    views: object = None  # [num_steps, views_per_replica] int32: each step's views (the dataset's, for their cameras)
+    slots: object = None  # [num_steps, views_per_replica] int32: each step's rows of `images`
 
 
-def interleaved_rows(images, masks, slots=None) -> ImageTable:
+def interleaved_rows(images, masks) -> ImageTable:
     """A table of images [N, H, W, C] (numpy) and masks [N, H, W], each image's rows of W x C bytes.
     An accelerator's compiler lays a step's image out channel-major for the loss: handed
     [N, H, W, C] the H200's transposed the whole table first, a second copy of every image; whole
     images as one row of bytes each, a TPU's padded each step's [H, W, 3] image (figure:
     image-table-layout, benchmarks/results/library_figures.md)."""
     images = np.asarray(images)
-    return ImageTable(images.reshape(images.shape[0], images.shape[1], -1), masks, slots)
+    return ImageTable(images.reshape(images.shape[0], images.shape[1], -1), masks)
 
 
-def step_images(table: ImageTable, slots, index):
-    """The uint8 images [B, H, W, C] and masks [B, H, W] of this replica's views in the block's
-    `index`-th step (traced): on the device at `slots` (`ViewPlan.draw`), from host images at the
-    block's slot map."""
-    slots = slots if table.slots is None else table.slots[index]
+def step_images(table: ImageTable, index):
+    """The views [B] of this replica's `index`-th step of the block (traced), their uint8 images
+    [B, H, W, C] and masks [B, H, W]."""
+    slots = table.slots[index]
     images = table.images[slots]
-    return images.reshape(images.shape[:2] + (table.masks.shape[2], -1)), table.masks[slots]
+    return table.views[index], images.reshape(images.shape[:2] + (table.masks.shape[2], -1)), table.masks[slots]
 
 
 def place_tables(layout: Layout, tables) -> ImageTable:
@@ -79,53 +80,24 @@ def where_images_go(requested: str, image_bytes: int, device_bytes: Optional[int
                     f"{device_bytes / 2**30:.2f} GiB")
 
 
-class DeviceImages:
-    """Every training image on the device, each replica its lanes' views."""
+class _BlockTables:
+    """Each block's `ImageTable` built on the host (`_build`) when the block is dispatched, or ahead
+    of it while the block before trains (`prefetch`: the copy is asynchronous)."""
 
-    def __init__(self, layout: Layout, plan: ViewPlan, data: Dataset):
-        tables = []
-        for replica in range(layout.replicas):
-            rows = plan.lane_rows(replica)
-            if np.array_equal(rows, np.arange(data.num_views)):  # one lane: the dataset as it is
-                tables.append(interleaved_rows(data.images, data.masks))
-            else:
-                tables.append(interleaved_rows(np.asarray(data.images)[rows], np.asarray(data.masks)[rows]))
-        self.table = place_tables(layout, tables)
-
-    def block_table(self, first: int, num_steps: int) -> ImageTable:
-        return self.table
-
-    def prefetch(self, first: int, num_steps: int) -> None:
-        pass
-
-
-class HostImages:
-    """The training images in host memory; each block's on the device (`block_table`), the next
-    one's copied while the current block trains (`prefetch`)."""
-
-    def __init__(self, layout: Layout, plan: ViewPlan, data: Dataset):
+    def __init__(self, layout: Layout, plan: ViewPlan):
         self.layout, self.plan = layout, plan
-        self.images, self.masks = np.asarray(data.images), np.asarray(data.masks)
         self._tables = {}  # (first step, steps) -> the block's table on the device
 
-    def rows(self, num_steps: int) -> int:
-        """Images a block's table holds per replica: the distinct views its steps draw, at most."""
-        return min(num_steps, self.plan.table()[0].shape[1]) * self.plan.views_per_replica
-
-    def _build(self, first: int, num_steps: int) -> ImageTable:
-        views = self.plan.block_views(first, num_steps)  # [num_steps, lanes]
-        per, width = self.plan.views_per_replica, self.rows(num_steps)
-        tables = []
-        for replica in range(self.layout.replicas):
-            mine = views[:, replica * per:(replica + 1) * per].reshape(-1)
-            distinct, slots = np.unique(mine, return_inverse=True)
-            rows = np.concatenate([distinct, np.full(width - len(distinct), distinct[0])])
-            tables.append(interleaved_rows(self.images[rows], self.masks[rows],
-                                           slots.reshape(num_steps, per).astype(np.int32)))
-        return place_tables(self.layout, tables)
+    def _replica_draws(self, first: int, num_steps: int):
+        """Each replica's (views, positions in its lanes' rows of the plan's table), each
+        [num_steps, views_per_replica]."""
+        views, positions = self.plan.block_draws(first, num_steps)
+        per = self.plan.views_per_replica
+        return [(views[:, r * per:(r + 1) * per], positions[:, r * per:(r + 1) * per])
+                for r in range(self.layout.replicas)]
 
     def block_table(self, first: int, num_steps: int) -> ImageTable:
-        """The table of the block of `num_steps` steps from step `first` (prefetched, or copied
+        """The table of the block of `num_steps` steps from step `first` (prefetched, or built
         now); the tables of other blocks are let go."""
         key = (first, num_steps)
         table = self._tables.pop(key, None)
@@ -135,10 +107,54 @@ class HostImages:
         return table
 
     def prefetch(self, first: int, num_steps: int) -> None:
-        """Start copying the table of the block of `num_steps` steps from `first` (the copy is
-        asynchronous: call it after dispatching the current block)."""
+        """Start building the table of the block of `num_steps` steps from `first` (call it after
+        dispatching the current block)."""
         if (first, num_steps) not in self._tables:
             self._tables[(first, num_steps)] = self._build(first, num_steps)
+
+
+class DeviceImages(_BlockTables):
+    """Every training image on the device, each replica its lanes' views; a block's table adds
+    its draws."""
+
+    def __init__(self, layout: Layout, plan: ViewPlan, data: Dataset):
+        super().__init__(layout, plan)
+        tables = []
+        for replica in range(layout.replicas):
+            rows = plan.lane_rows(replica)
+            if np.array_equal(rows, np.arange(data.num_views)):  # one lane: the dataset as it is
+                tables.append(interleaved_rows(data.images, data.masks))
+            else:
+                tables.append(interleaved_rows(np.asarray(data.images)[rows], np.asarray(data.masks)[rows]))
+        self.table = place_tables(layout, tables)
+
+    def _build(self, first: int, num_steps: int) -> ImageTable:
+        lanes_at = np.arange(self.plan.views_per_replica) * self.plan.rows_per_lane  # lane j's rows start there
+        drawn = place_tables(self.layout, [ImageTable(None, None, views, (positions + lanes_at).astype(np.int32))
+                                           for views, positions in self._replica_draws(first, num_steps)])
+        return self.table._replace(views=drawn.views, slots=drawn.slots)
+
+
+class HostImages(_BlockTables):
+    """The training images in host memory; each block's on the device (`block_table`), the next
+    one's copied while the current block trains (`prefetch`)."""
+
+    def __init__(self, layout: Layout, plan: ViewPlan, data: Dataset):
+        super().__init__(layout, plan)
+        self.images, self.masks = np.asarray(data.images), np.asarray(data.masks)
+
+    def rows(self, num_steps: int) -> int:
+        """Images a block's table holds per replica: the distinct views its steps draw, at most."""
+        return min(num_steps, self.plan.rows_per_lane) * self.plan.views_per_replica
+
+    def _build(self, first: int, num_steps: int) -> ImageTable:
+        width, tables = self.rows(num_steps), []
+        for views, _ in self._replica_draws(first, num_steps):
+            distinct, slots = np.unique(views.reshape(-1), return_inverse=True)
+            rows = np.concatenate([distinct, np.full(width - len(distinct), distinct[0])])
+            table = interleaved_rows(self.images[rows], self.masks[rows])
+            tables.append(table._replace(views=views, slots=slots.reshape(views.shape).astype(np.int32)))
+        return place_tables(self.layout, tables)
 
 
 def make_images(where: str, layout: Layout, plan: ViewPlan, data: Dataset):

@@ -20,7 +20,7 @@ from .cameras import CameraOptConfig
 from .corrections import (corrected_renders, corrected_viewmats, init_corrections, penalties, updated_corrections,
                           values_of)
 from .loss import photometric_loss, psnr, scale_regularization
-from .optim import OptimConfig, Optimizers
+from .optim import OptimConfig, Optimizers, make_optimizers
 from .schedule import sh_degree_at
 from .state import TrainState
 from .strategy import DefaultStrategy, RefineInfo, Strategy
@@ -168,10 +168,18 @@ def split_for_the_loss(layout: Layout, *images):
     return tuple(x if x is None else jax.lax.with_sharding_constraint(x, rows) for x in images)
 
 
+def optimizers(cfg: TrainConfig, scene_extent) -> Optimizers:
+    """Every optimizer group of a run (`optim.make_optimizers`), the means' rate times
+    `scene_extent`: a float on the host, a value in a block (`data.block_cameras`)."""
+    return make_optimizers(cfg.optim, {name: c.optimizer for name, c in cfg.corrections.items()}, scene_extent,
+                           cfg.max_steps)
+
+
 def train_step(cfg: TrainConfig, opt: Optimizers, layout: Layout, isect_capacity: int, downscale: int, plan: ViewPlan,
                data: Dataset, table: ImageTable, state: TrainState, index):
     """One optimisation step on this replica's views: the loss of the renders (through the per-view
-    corrections) against the images (`table`'s, the block's `index`-th step; `data`: the cameras),
+    corrections) against the images (`table`'s views and images of the block's `index`-th step;
+    `data`: the cameras),
     its gradients, one update of every optimizer group, the strategy's statistics. With `plan.axis_name` the gradients are the mean over every replica's
     views (`lax.pmean`) and the statistics summed, so every replica takes the same update.
 
@@ -180,8 +188,9 @@ def train_step(cfg: TrainConfig, opt: Optimizers, layout: Layout, isect_capacity
     Returns (state after the step, metrics: loss, psnr, view, num_intersections, overflow, each
     [views_per_replica])."""
     key, k_bg, k_noise = jax.random.split(state.key, 3)
-    (views, slots), g, strategy, fixes = plan.draw(state.step), state.gaussians, cfg.strategy, cfg.corrections
-    images, masks, Ks, width, height = downscale_views(*step_images(table, slots, index), data.Ks[views], downscale)
+    g, strategy, fixes = state.gaussians, cfg.strategy, cfg.corrections
+    views, images, masks = step_images(table, index)
+    images, masks, Ks, width, height = downscale_views(images, masks, data.Ks[views], downscale)
     bgs = jax.vmap(lambda lane: background_color(cfg.background, jax.random.fold_in(k_bg, lane)))(plan.replica_lanes())
     targets = step_targets(images, bgs)
 
@@ -219,13 +228,14 @@ def refine_state(cfg: TrainConfig, tx, scene_extent: float, state: TrainState, s
     return state._replace(key=key), info
 
 
-def train_block(cfg: TrainConfig, opt: Optimizers, layout: Layout, scene_extent: float, isect_capacity: int,
-                downscale: int, num_steps: int, plan: ViewPlan, data: Dataset, table: ImageTable,
-                state: TrainState):
-    """`num_steps` steps in one `lax.scan` on the cameras of `data` and the images of `table`, then
-    density control. Per-step metrics come back as arrays [num_steps, views_per_replica]. Data
-    parallel, every replica holds the same state and statistics, so the density control below runs
-    on each and agrees, with no host round trip."""
+def train_block(cfg: TrainConfig, layout: Layout, isect_capacity: int, downscale: int, num_steps: int, plan: ViewPlan,
+                data: Dataset, table: ImageTable, state: TrainState):
+    """`num_steps` steps in one `lax.scan` on the cameras and extent of `data`
+    (`data.block_cameras`) and the draws and images of `table`, then density control. Per-step
+    metrics come back as arrays [num_steps, views_per_replica]. Data parallel, every replica holds
+    the same state and statistics, so the density control below runs on each and agrees, with no
+    host round trip."""
+    opt, scene_extent = optimizers(cfg, data.extent), data.extent
     step_before, tx = state.step, opt.gaussians
     state = placed(layout, tx, state)  # per-Gaussian rows split over the tile devices
     state, metrics = jax.lax.scan(partial(train_step, cfg, opt, layout, isect_capacity, downscale, plan, data, table),

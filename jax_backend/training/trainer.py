@@ -18,13 +18,12 @@ from ..layout import REPLICA_AXIS, Layout, make_layout
 from ..rendering import isect_buffer, next_pow2
 from ..rendering.composite import auto_tile_size, resolve_rasterizer
 from .corrections import corrected_viewmats, values_of
-from .data import Dataset, ViewPlan, downscaled_cameras
+from .data import Dataset, ViewPlan, block_cameras, downscaled_cameras
 from .image_tables import device_memory, make_images, where_images_go
 from .gaussians import Gaussians, activated
-from .optim import make_optimizers
 from .schedule import sh_degree_at
 from .state import TrainState
-from .step import TrainConfig, init_state, refine_state, train_block
+from .step import TrainConfig, init_state, optimizers, refine_state, train_block
 from .strategy import RefineInfo
 from .strategy.ops import grow_capacity, rows_to_split
 
@@ -117,13 +116,15 @@ class Trainer:
                              lane_offset=jax.process_index() * layout.replicas * int(views_per_device), seed=cfg.seed)
         self.plan.table()  # enough views for the lanes
         self.cfg, self.data, self.scene_extent, self.log = cfg, data, float(scene_extent), log
-        self.device_data = layout.place(data.cameras_only())  # on every replica, or whole on each tile device
+        # the cameras and the extent as a block reads them: on every replica, or whole on each tile device
+        self.device_data = layout.place(block_cameras(data, self.scene_extent))
         device_bytes = device_bytes if device_bytes is not None else device_memory(layout)
-        self.images_where, self.images_why = where_images_go(images, data.image_bytes // layout.replicas, device_bytes)
+        held = self.plan.lanes * self.plan.rows_per_lane  # the views the replicas' tables hold, padded
+        self.images_where, self.images_why = where_images_go(
+            images, data.image_bytes * held // data.num_views // layout.replicas, device_bytes)
         self.images = make_images(self.images_where, layout, self.plan, data)
-        # every optimizer group: the Gaussians' and each enabled per-view correction's
-        self.opt = make_optimizers(cfg.optim, {name: c.optimizer for name, c in cfg.corrections.items()},
-                                   self.scene_extent, cfg.max_steps)
+        # every optimizer group (the Gaussians' and each enabled per-view correction's), on the host
+        self.opt = optimizers(cfg, self.scene_extent)
         self.state = init_state(cfg, self.opt, gaussians, data.num_views)
         self.isect_capacity = int(isect_capacity) if isect_capacity is not None else self._buffer_ahead()
         self._sized_for = cfg.downscale_at(self.step)  # the resolution the buffer was sized for
@@ -209,8 +210,8 @@ class Trainer:
     def make_block(self, num_steps: int, layout: Layout):
         """The block program (`train_block`) built for `layout`, not compiled yet."""
         downscale = self.cfg.downscale_at(self.step)  # a block keeps the factor it starts with
-        fn = partial(train_block, self.cfg, self.opt, layout, self.scene_extent, self.isect_capacity, downscale,
-                     num_steps, self.plan)  # (cameras, images' table, state)
+        fn = partial(train_block, self.cfg, layout, self.isect_capacity, downscale, num_steps,
+                     self.plan)  # (cameras and extent, images' table, state)
         if not layout.data_parallel:
             return jax.jit(fn)
         return jax.jit(per_replica(fn, layout))
@@ -224,8 +225,9 @@ class Trainer:
         return self._compiled[key]
 
     def make_refine(self):
-        """Density control's one-device program (`refine_state`), not compiled yet."""
-        return jax.jit(partial(refine_state, self.cfg, self.opt.gaussians, self.scene_extent))
+        """Density control's one-device program (`refine_state`: (extent, state, step before)), not
+        compiled yet."""
+        return jax.jit(partial(refine_state, self.cfg, self.opt.gaussians))
 
     def refine_fn(self):
         if "refine" not in self._compiled:
@@ -292,7 +294,7 @@ class Trainer:
         if info.slots_needed <= self.capacity:
             return info
         self.grow_capacity(next_pow2(info.slots_needed))
-        self.state, info = self.refine_fn()(self.state, self.step - num_steps)
+        self.state, info = self.refine_fn()(np.float32(self.scene_extent), self.state, self.step - num_steps)
         return info.as_python()
 
     def _log_budget(self, info: RefineInfo):
