@@ -10,9 +10,10 @@ def train_local(replicas=1, views=None, tile_devices=1):
     """Train 3 blocks of 10 steps on `views` (default: all; "host": this host's share) of the
     synthetic scene, each replica's Gaussians split over `tile_devices`; returns the
     parameters and the global view index of every lane at every step."""
+    import jax
     import numpy as np
 
-    from jax_backend import Dataset, DefaultStrategy, OptimConfig, TrainConfig, Trainer, init_random, make_layout
+    from jax_backend import DefaultStrategy, OptimConfig, TrainConfig, Trainer, init_random, make_layout
     from synthetic import known_scene
 
     _, train, _ = known_scene(views=16)
@@ -21,7 +22,7 @@ def train_local(replicas=1, views=None, tile_devices=1):
 
         views = host_views(train.num_views)
     mine = np.arange(train.num_views) if views is None else views
-    data = Dataset(*(x[mine] for x in train))
+    data = jax.tree_util.tree_map(lambda x: x[mine], train)
     strategy = DefaultStrategy(refine_start=0, refine_every=10, reset_every=20, grow_grad2d=0.0005)
     cfg = TrainConfig(max_steps=200, steps_per_block=10, sh_degree=1, sh_degree_interval=10, strategy=strategy,
                       optim=OptimConfig().with_eps(1e-6))
