@@ -89,3 +89,18 @@ def off_centre_intrinsics(width, height, seed):
     f = rng.uniform(0.6, 1.6) * width
     return np.array([[f, 0, width * rng.uniform(0.2, 0.8)], [0, f * rng.uniform(0.9, 1.1), height * rng.uniform(0.2, 0.8)],
                      [0, 0, 1.0]])
+
+
+# The rasterizers the exactness tests run: each registered one, and the flat one in the
+# accelerator configuration ("flat-lanes": its "lanes" walk, with 3 lanes so that lanes finish and
+# take new tiles on these small images; the automatic count would walk every tile at once).
+RASTERIZER_CONFIGS = ["flat", "flat-lanes", "standard", "pallas"]
+
+
+def walked(name, **options):
+    """`rasterization`'s keyword arguments for a name of RASTERIZER_CONFIGS, with rasterizer `options`."""
+    from jax_backend import RasterizerOptions
+
+    if name == "flat-lanes":
+        return dict(rasterizer="flat", options=RasterizerOptions(walk="lanes", lanes=3, **options))
+    return dict(rasterizer=name, options=RasterizerOptions(**options))

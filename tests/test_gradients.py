@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import reference
-from jax_backend import RasterizerOptions, traced_rasterization
-from scenes import cameras
+from jax_backend import traced_rasterization
+from scenes import RASTERIZER_CONFIGS, cameras, walked
 
 W, H = 26, 19
 
@@ -67,7 +67,7 @@ def fd_case(request):
     return p, vms, Ks, wimg, walpha, mode, model, _fd(p, vms, Ks, wimg, walpha, mode, model)
 
 
-@pytest.mark.parametrize("rasterizer", ["flat", "standard", "pallas"])
+@pytest.mark.parametrize("rasterizer", RASTERIZER_CONFIGS)
 def test_gradients_match_finite_differences(fd_case, rasterizer):
     p, vms, Ks, wimg, walpha, mode, model, fd = fd_case
 
@@ -75,7 +75,7 @@ def test_gradients_match_finite_differences(fd_case, rasterizer):
         probe = jnp.stack([q["probe"], jnp.zeros_like(q["probe"])])  # probe only on camera 0
         img, alpha, meta = traced_rasterization(q["means"], q["quats"], q["scales"], q["opacities"], q["sh"], vms, Ks, W, H,
                                          sh_degree=2, backgrounds=jnp.stack([q["background"]] * 2), render_mode="RGB+D",
-                                         rasterizer=rasterizer, means2d_probe=probe, isect_capacity=4096, options=RasterizerOptions(chunk=4),
+                                         means2d_probe=probe, isect_capacity=4096, **walked(rasterizer, chunk=4),
                                          rasterize_mode=mode, camera_model=model, distortion=CAMERAS[model])
         return jnp.sum(img * wimg) + jnp.sum(alpha[..., 0] * walpha), meta
 

@@ -7,10 +7,10 @@ import pytest
 
 import reference
 from jax_backend import RasterizerOptions as Options, count_intersections, rasterization, traced_rasterization
-from jax_backend.rendering.rasterize_flat import MAX_GROUPS, auto_groups
-from scenes import cameras, hard_scene, off_centre_intrinsics, wide_scene
+from jax_backend.rendering.rasterize_flat import MAX_GROUPS, auto_groups, auto_lanes
+from scenes import RASTERIZER_CONFIGS, cameras, hard_scene, off_centre_intrinsics, walked, wide_scene
 
-RASTERIZERS = ["flat", "standard", "pallas"]
+RASTERIZERS = RASTERIZER_CONFIGS
 
 
 def _ref(scene, vms, Ks, w, h, **kw):
@@ -26,7 +26,7 @@ def test_hard_scene_rgb_matches_dense_reference(rasterizer):
     vms, Ks = cameras(w, h, n=3)
     bgs = np.array([[0.1, 0.2, 0.3], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0]])
     img, alpha, meta = rasterization(scene["means"], scene["quats"], scene["scales"], scene["opacities"], scene["colors"],
-                                     vms, Ks, w, h, backgrounds=bgs, rasterizer=rasterizer, isect_capacity=1 << 10)
+                                     vms, Ks, w, h, backgrounds=bgs, **walked(rasterizer), isect_capacity=1 << 10)
     assert img.shape == (3, h, w, 3) and alpha.shape == (3, h, w, 1)
     assert not bool(np.any(meta["overflow"]))  # eager call grew the tiny buffer
     for c in range(3):
@@ -50,12 +50,12 @@ def test_antialiased_mode_matches_dense_reference(rasterizer):
     far[:, :2, :2] /= 6.0  # a wider field of view: every splat about 6 times smaller on screen
     for K in (Ks, far):
         img, alpha, _ = rasterization(scene["means"], scene["quats"], scene["scales"], scene["opacities"],
-                                      scene["colors"], vms, K, w, h, rasterizer=rasterizer, rasterize_mode="antialiased")
+                                      scene["colors"], vms, K, w, h, **walked(rasterizer), rasterize_mode="antialiased")
         ref_img, ref_alpha = _ref(scene, vms, K, w, h, rasterize_mode="antialiased")
         np.testing.assert_allclose(np.asarray(img), ref_img, atol=1e-4)
         np.testing.assert_allclose(np.asarray(alpha[..., 0]), ref_alpha, atol=1e-4)
     _, classic, _ = rasterization(scene["means"], scene["quats"], scene["scales"], scene["opacities"],
-                                  scene["colors"], vms, far, w, h, rasterizer=rasterizer)
+                                  scene["colors"], vms, far, w, h, **walked(rasterizer))
     assert float(np.asarray(alpha).mean()) < 0.9 * float(np.asarray(classic).mean())
 
 
@@ -67,7 +67,7 @@ def test_sh_and_depth_modes_match_reference(rasterizer, mode):
     vms, Ks = cameras(w, h, n=2, seed=3)
     for degree in (3, 1):
         img, alpha, _ = rasterization(scene["means"], scene["quats"], scene["scales"], scene["opacities"], scene["sh"],
-                                      vms, Ks, w, h, sh_degree=degree, render_mode=mode, rasterizer=rasterizer)
+                                      vms, Ks, w, h, sh_degree=degree, render_mode=mode, **walked(rasterizer))
         for c in range(2):
             ref_img, ref_alpha = reference.render(scene["means"], scene["quats"], scene["scales"], scene["opacities"],
                                                   scene["sh"], vms[c], Ks[c], w, h, sh_degree=degree, render_mode=mode)
@@ -119,7 +119,7 @@ def test_wider_family_matches_dense_reference(rasterizer):
             ref, ref_alpha, margin = reference.render(scene["means"], scene["quats"], scene["scales"], scene["opacities"],
                                                       scene["colors"], vm, K, w, h, return_margin=True)
             img, alpha, _ = rasterization(scene["means"], scene["quats"], scene["scales"], scene["opacities"],
-                                          scene["colors"], vm[None], K[None], w, h, rasterizer=rasterizer)
+                                          scene["colors"], vm[None], K[None], w, h, **walked(rasterizer))
             err = np.maximum(np.abs(np.asarray(img[0]) - ref).max(-1), np.abs(np.asarray(alpha[0, ..., 0]) - ref_alpha))
             sure = margin >= 1e-5
             assert err[sure].max() < 1e-5, (seed, (w, h), float(err[sure].max()))  # measured 2.1e-6
@@ -143,7 +143,7 @@ def test_one_tile_with_20000_gaussians_is_exact():
     opac = np.full(n, 0.03)
     colors = rng.uniform(0, 1, (n, 3))
     for rasterizer in RASTERIZERS:
-        img, alpha, meta = rasterization(means, quats, scales, opac, colors, vm[None], K[None], w, h, rasterizer=rasterizer)
+        img, alpha, meta = rasterization(means, quats, scales, opac, colors, vm[None], K[None], w, h, **walked(rasterizer))
         assert int(meta["num_intersections"][0]) >= n
         ref_img, ref_alpha = reference.render(means, quats, scales, opac, colors, vm, K, w, h)
         # pixels are far from saturation: the whole list matters
@@ -160,41 +160,48 @@ def test_rasterizers_agree_and_tiling_changes_nothing():
     base = rasterization(*args, sh_degree=3, rasterizer="flat")[0]
     # the automatic group count (on a CPU) walks 15 tiles in one loop, the 54 tiles of 8 pixels in three
     assert (auto_groups(15, "cpu"), auto_groups(54, "cpu"), auto_groups(10**5, "cpu")) == (1, 3, MAX_GROUPS)
-    assert auto_groups(10**5, "gpu") == auto_groups(10**5, "tpu") == 1
+    # accelerators walk lanes: a lane for every 8 tiles, at least 16,384 pixels side by side, at most every tile
+    assert (auto_lanes(15, 256), auto_lanes(3024, 256), auto_lanes(11970, 64)) == (15, 378, 1497)
+    assert auto_lanes(200, 256) == 64 and auto_lanes(300, 64) == 256
     for kw in (dict(rasterizer="standard"), dict(rasterizer="flat", tile_size=8, options=Options(chunk=5)),
                dict(rasterizer="standard", tile_size=32, options=Options(tile_batch=3)),
                dict(rasterizer="flat", options=Options(chunk=1)), dict(rasterizer="flat", options=Options(groups=1)),
                dict(rasterizer="flat", options=Options(groups=7, chunk=3)),
                dict(rasterizer="flat", options=Options(groups=4, chunk=3)),  # 15 tiles in 4 groups of 4: the last padded
+               dict(rasterizer="flat", options=Options(walk="lanes")),  # every tile in its own lane
+               dict(rasterizer="flat", options=Options(walk="lanes", lanes=2, chunk=3)),  # lanes take new tiles
+               dict(rasterizer="flat", tile_size=8, options=Options(walk="lanes", lanes=5, chunk=1)),
                dict(rasterizer="pallas", tile_size=8), dict(rasterizer="pallas", tile_size=12)):  # 144 pixels padded to 256
         other = rasterization(*args, sh_degree=3, **kw)[0]
         np.testing.assert_allclose(np.asarray(other), np.asarray(base), atol=2e-5, err_msg=str(kw))
 
 
-def test_padded_tile_groups_give_the_same_gradients():
+def test_padded_tile_groups_and_lanes_give_the_same_gradients():
     """The flat backward's groups are padded to equal size with empty tiles (15 tiles in 4
-    groups of 4): their gradients are those of one group over all tiles."""
+    groups of 4), its lanes take tiles as they finish: their gradients are those of one group
+    over all tiles."""
     w, h = 70, 45
     scene = hard_scene(n=200, seed=5)
     vms, Ks = cameras(w, h, n=1, seed=5)
     names = ("means", "quats", "scales", "opacities", "sh")
     target = jnp.asarray(np.random.default_rng(0).random((1, h, w, 3)), jnp.float32)
 
-    def grads(groups):
+    def grads(**options):
         def loss(p):
             img = traced_rasterization(*[p[k] for k in names], vms, Ks, w, h, sh_degree=3, rasterizer="flat",
-                                options=Options(chunk=3, groups=groups), isect_capacity=1 << 12)[0]
+                                options=Options(chunk=3, **options), isect_capacity=1 << 12)[0]
             return jnp.sum((img - target) ** 2)
 
         return jax.jit(jax.grad(loss))({k: jnp.asarray(scene[k], jnp.float32) for k in names})
 
-    one, four = grads(1), grads(4)
-    for k in names:  # the per-Gaussian sums are added in another order: float32 rounding of the largest terms
-        scale = float(np.max(np.abs(np.asarray(one[k]))))
-        np.testing.assert_allclose(np.asarray(four[k]), np.asarray(one[k]), rtol=1e-4, atol=2e-5 * scale, err_msg=k)
+    one = grads(groups=1)
+    for other in (grads(groups=4), grads(walk="lanes", lanes=4)):  # 15 tiles through 4 lanes: each takes new ones
+        for k in names:  # the per-Gaussian sums are added in another order: float32 rounding of the largest terms
+            scale = float(np.max(np.abs(np.asarray(one[k]))))
+            np.testing.assert_allclose(np.asarray(other[k]), np.asarray(one[k]), rtol=1e-4, atol=2e-5 * scale, err_msg=k)
 
 
-@pytest.mark.parametrize("rasterizer", ["flat", "standard"])
+@pytest.mark.parametrize("rasterizer", ["flat", "flat-lanes", "standard"])
 def test_tight_tiles_change_neither_the_image_nor_the_gradients(rasterizer):
     """`RasterizerOptions(tight_tiles=True)` lists fewer (Gaussian, tile) pairs (those whose
     ellipse misses the tile blend nothing), and gives the images and gradients of the boxes'
@@ -207,8 +214,8 @@ def test_tight_tiles_change_neither_the_image_nor_the_gradients(rasterizer):
 
     def run(tight):
         def loss(p):
-            img = traced_rasterization(*[p[k] for k in names], vms, Ks, w, h, sh_degree=3, rasterizer=rasterizer,
-                                       options=Options(tight_tiles=tight), isect_capacity=1 << 12)[0]
+            img = traced_rasterization(*[p[k] for k in names], vms, Ks, w, h, sh_degree=3,
+                                       **walked(rasterizer, tight_tiles=tight), isect_capacity=1 << 12)[0]
             return jnp.sum((img - target) ** 2), img
 
         return jax.jit(jax.value_and_grad(loss, has_aux=True))({k: jnp.asarray(scene[k], jnp.float32) for k in names})

@@ -10,9 +10,9 @@ import pytest
 
 import reference
 import reference_2dgs
-from jax_backend import RASTERIZERS, count_intersections_2dgs, depth_to_normals, rasterization_2dgs
+from jax_backend import count_intersections_2dgs, depth_to_normals, rasterization_2dgs
 from jax_backend import traced_rasterization_2dgs
-from scenes import cameras
+from scenes import RASTERIZER_CONFIGS, cameras, walked
 
 W, H = 45, 37
 
@@ -60,13 +60,13 @@ def _check_against_reference(out, scene, vms, Ks, backgrounds, render_mode, sh_d
         _close(median[c, ..., 0], ref["median"], f"camera {c} median depth")
 
 
-@pytest.mark.parametrize("rasterizer", RASTERIZERS)
+@pytest.mark.parametrize("rasterizer", RASTERIZER_CONFIGS)
 def test_surfels_match_the_float64_reference(rasterizer):
     scene = surfel_scene()
     vms, Ks = cameras(W, H, n=2, radius=3.5, seed=1)
     bg = np.array([[0.1, 0.2, 0.3], [0.9, 0.5, 0.0]])
     out = rasterization_2dgs(**scene, viewmats=vms, Ks=Ks, width=W, height=H, backgrounds=bg, render_mode="RGB+D",
-                             rasterizer=rasterizer)
+                             **walked(rasterizer))
     _check_against_reference(out, scene, vms, Ks, bg, "RGB+D")
 
 
@@ -151,7 +151,7 @@ def fd_case():
     return p, vms, Ks, wts, grads
 
 
-@pytest.mark.parametrize("rasterizer", RASTERIZERS)
+@pytest.mark.parametrize("rasterizer", RASTERIZER_CONFIGS)
 def test_gradients_match_finite_differences(fd_case, rasterizer):
     p, vms, Ks, wts, fd = fd_case
 
@@ -159,7 +159,7 @@ def test_gradients_match_finite_differences(fd_case, rasterizer):
         probe = jnp.stack([q["probe"], jnp.zeros_like(q["probe"])])  # the first camera's
         colors, alphas, normals, _, distort, median, _ = traced_rasterization_2dgs(
             q["means"], q["quats"], q["scales"], q["opacities"], q["colors"], vms, Ks, GW, GH,
-            backgrounds=jnp.stack([q["background"]] * 2), render_mode="RGB+D", rasterizer=rasterizer, tile_size=8,
+            backgrounds=jnp.stack([q["background"]] * 2), render_mode="RGB+D", **walked(rasterizer), tile_size=8,
             isect_capacity=1 << 14, means2d_probe=probe)
         out = dict(image=colors, alpha=alphas[..., 0], normals=normals, distortion=distort[..., 0],
                    median=median[..., 0])

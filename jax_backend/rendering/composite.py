@@ -69,12 +69,15 @@ class RasterizerOptions(NamedTuple):
     suit every device."""
 
     chunk: int = 32  # flat: Gaussians gathered per tile at once
-    groups: int = 0  # flat: tiles sorted by workload and cut into this many groups, walked one after
-    # another (0: automatic, `rasterize_flat.auto_groups`: on a CPU about 16 tiles each, at most 16; 1 elsewhere)
+    groups: int = 0  # flat, "groups" walk: tiles sorted by workload and cut into this many groups, walked one
+    # after another (0: automatic, `rasterize_flat.auto_groups`: about 16 tiles each, at most 16)
     tile_batch: int = 0  # standard: tiles vmapped together (0: all)
     tight_tiles: bool = False  # binning (3DGS): leave out the box tiles the ellipse misses (`binning.ellipse_reaches`);
     # off: on a CPU it saved no time on a real capture though it drops up to a fifth of the pairs (figure:
     # tight-tiles, benchmarks/results/library_figures.md), so it waits for a measurement on an accelerator
+    walk: str = "auto"  # flat: how tiles are scheduled (`rasterize_flat.WALKS`): "groups" (the CPU's), "lanes"
+    # (accelerators': each lane takes the next tile as its own finishes) or "auto" (by the layout's platform)
+    lanes: int = 0  # flat, "lanes" walk: tiles walked side by side (0: automatic, `rasterize_flat.auto_lanes`)
 
 
 class Splatting(NamedTuple):

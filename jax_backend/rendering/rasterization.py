@@ -20,6 +20,7 @@ import numpy as np
 from .isect_buffer import after_overflow, size_for
 from .binning import bin_gaussians, tile_rect
 from .composite import GAUSSIANS, CompositeConfig, RasterizerOptions, Splatting, composite, resolve_rasterizer
+from .rasterize_flat import resolve_walk
 from .projection import CAMERA_MODELS, RASTERIZE_MODES, project_gaussians
 from .sh import sh_to_color
 from ..layout import Layout, local_layout
@@ -62,9 +63,11 @@ def render_config(width: int, height: int, *, tile_size: int = 16, render_mode: 
     if width <= 0 or height <= 0:
         raise ValueError(f"width and height must be positive, got {width}x{height}")
     o = options if options is not None else RasterizerOptions()
-    o = RasterizerOptions(int(o.chunk), int(o.groups or 0), int(o.tile_batch))
-    if o.chunk < 1 or o.groups < 0 or o.tile_batch < 0:
-        raise ValueError(f"rasterizer options must be chunk >= 1, groups >= 0, tile_batch >= 0, got {o}")
+    o = o._replace(chunk=int(o.chunk), groups=int(o.groups or 0), tile_batch=int(o.tile_batch),
+                   tight_tiles=bool(o.tight_tiles), lanes=int(o.lanes or 0))
+    if o.chunk < 1 or o.groups < 0 or o.tile_batch < 0 or o.lanes < 0:
+        raise ValueError(f"rasterizer options must be chunk >= 1, groups >= 0, tile_batch >= 0, lanes >= 0, got {o}")
+    resolve_walk(o.walk, "cpu")  # ValueError naming the walks
     grid = TileGrid(width, height, int(tile_size))
     layout = (layout if layout is not None else local_layout()).for_rendering()
     return RenderConfig(CompositeConfig(grid, resolve_rasterizer(rasterizer, layout.platform), o, bool(absgrad), layout,
