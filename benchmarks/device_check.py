@@ -1,5 +1,6 @@
 """One call on an accelerator (or, with --tiny, a rehearsal on the CPU): exactness of the three
-rasterizers against the float64 reference, their speed and peak device memory, the engine's
+rasterizers against the float64 reference, their speed and peak device memory (the flat one in
+its accelerator walk, lanes, and in the one-group walk it replaced, side by side), the engine's
 training steps/s, the same renders and a training step through gsplat's CUDA `rasterization`
 when it is importable, and the plugin's GPU path (torch and JAX on one device, DLPack zero copy).
 Writes `device_check.json` and `device_check.md` to --out; every section records its own error
@@ -20,6 +21,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RASTERIZERS = ("pallas", "flat", "standard")  # pallas: the GPU default (Triton), timed beside gsplat's CUDA
+# what is timed: the flat rasterizer in its accelerator walk (lanes) and in the one it replaced (one group)
+TIMED = {"pallas": ("pallas", {}), "flat": ("flat", dict(walk="lanes")),
+         "flat-1group": ("flat", dict(walk="groups", groups=1)), "standard": ("standard", {})}
 PARAMS = ("means", "quats", "scales", "opacities", "colors")  # the gradients compared with the CPU's
 sys.path.insert(0, str(ROOT / "tests"))  # reference.py, scenes.py: the independent float64 renderer
 
@@ -92,7 +96,7 @@ def rasterizer_speed(sizes, repeats):
     import jax.numpy as jnp
 
     from benchmarks.rasterizer import realistic_scene
-    from jax_backend import rasterization, traced_rasterization
+    from jax_backend import RasterizerOptions, rasterization, traced_rasterization
     from jax_backend.rendering.isect_buffer import size_for
 
     rows = []
@@ -101,9 +105,10 @@ def rasterizer_speed(sizes, repeats):
         K = args[6].at[:, 0, 2].set(width / 2).at[:, 1, 2].set(height / 2).at[:, 0, 0].set(0.9 * width).at[:, 1, 1].set(0.9 * width)
         _, _, meta = rasterization(*args[:6], K, width, height)
         cap = size_for(int(meta["num_intersections"][0]))
-        for r in RASTERIZERS:
-            def loss(*p, r=r):
-                im, _, _ = traced_rasterization(*p, args[5], K, width, height, rasterizer=r, isect_capacity=cap)
+        for r, (rasterizer, options) in TIMED.items():
+            def loss(*p, rasterizer=rasterizer, options=RasterizerOptions(**options)):
+                im, _, _ = traced_rasterization(*p, args[5], K, width, height, rasterizer=rasterizer, isect_capacity=cap,
+                                                options=options)
                 return jnp.mean((im - 0.5) ** 2)
 
             fwd = jax.jit(loss)

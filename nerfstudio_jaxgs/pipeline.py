@@ -190,7 +190,7 @@ class JaxGSPipeline(VanillaPipeline):
     def _publish(self) -> None:
         """The engine's Gaussians, steps and pose corrections shown by the model."""
         cameras = self.engine.cameras
-        self.model.publish(self.engine.gaussians, self.engine.step, None if cameras is None else cameras.deltas)
+        self.model.publish(self.engine.kept_gaussians(), self.engine.step, None if cameras is None else cameras.deltas)
 
     # ------------------------------------------------------------------ checkpoints (`checkpoint.py`)
     def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False):

@@ -43,13 +43,20 @@ def census(compiled):
     return out
 
 out = {}
+def state_bytes(tr):
+    return sum(x.nbytes for x in jax.tree_util.tree_leaves(tr.device_state))
+
+def block_census(tr):  # and the bytes of the state the block is given, and those its outputs alias (donated)
+    compiled = aot.lower_block(tr, 5, target).compile()
+    return dict(census(compiled), state=state_bytes(tr), alias=compiled.memory_analysis().alias_size_in_bytes)
+
 for name in ("default", "mcmc"):  # the default block with pose corrections and bilateral grids (their contractions)
     tr = small_trainer(name, corrections=name == "default")
-    out[name] = census(aot.lower_block(tr, 5, target).compile())
+    out[name] = block_census(tr)
     if name == "default":
         refine = aot.lower_refine(tr, target).compile()
         out["refine_temp"] = refine.memory_analysis().temp_size_in_bytes
-out["surfels"] = census(aot.lower_block(small_trainer("default", surfels=True), 5, target).compile())
+out["surfels"] = block_census(small_trainer("default", surfels=True))
 out["budget_refine_sorts"] = aot.lower_refine(small_trainer("default", budget=3000), target).compile().as_text().count(" sort(")
 
 lower = lambda fn_for, args: lower_program(fn_for, args, target)  # for target[0]
@@ -124,6 +131,14 @@ def test_train_block_density_control_and_render_compile_for_tpu(topology):
     # sized to fit: 2,048 slots of state need megabytes, not the layout-padded gigabytes of [N, 3] rows
     for name in ("default", "mcmc", "surfels"):
         assert out[name]["temp"] < 256 * 2**20, out
+    _state_held_once(out)
+
+
+def _state_held_once(out: dict):
+    """Every train block donates its state: the compiled program's outputs alias its input state
+    (XLA writes the new state over the old one), so a block holds one copy of it."""
+    for name in ("default", "mcmc", "surfels"):
+        assert out[name]["alias"] >= 0.95 * out[name]["state"], (name, out[name]["alias"], out[name]["state"])
 
 
 @pytest.mark.slow
@@ -139,6 +154,7 @@ def test_train_block_and_render_compile_for_h200_with_one_kernel_per_compositing
         assert out[name]["triton"] == 2 and out[name]["whiles"] <= 2 and out[name]["data_dependent"] == 0, out
     for name in ("default", "mcmc", "surfels"):  # one step's forward and backward kernels inside the block's scan
         assert out[name]["triton"] == 2 and out[name]["data_dependent"] == 0, out
+    _state_held_once(out)
     # in the Triton modules: the forward stores each program's own rows, the backward's per-Gaussian
     # sums are atomic adds (tt.atomic_rmw fadd: 6 packed parameters + 3 colours + 2 |d means2d|), no store
     forward, backward = out["raster"]["triton_writes"]

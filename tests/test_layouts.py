@@ -492,7 +492,7 @@ def test_each_host_reads_and_undistorts_only_its_share_of_the_views(tmp_path, mo
     monkeypatch.setattr(jax, "process_index", lambda: 1)
     monkeypatch.setattr(plugin_pipeline, "build_engine",
                         lambda model, data, extent, *a: seen.update(data=data, extent=extent) or SimpleNamespace(
-                            gaussians=model.gaussians, step=0, cameras=None))
+                            kept_gaussians=lambda: model.gaussians, step=0, cameras=None))
     pipeline.ensure_engine(5)
     mine = list(range(1, len(everything), 2))
     data = seen["data"]

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 
 
+from .. import array_ops
 from .blend import Splat, sum_pixels
 from .tiles import Pixels, Tiles, group_tiles, ungroup_tiles
 
@@ -151,6 +152,12 @@ def _own_chunks(length, chunk: int):
     return (length + chunk - 1) // chunk
 
 
+def _heaviest_first(workload, bound: int):
+    """[T] tile indices by falling `workload` (ints in [0, bound]; ties by index): the lanes'
+    queue. A radix sort: XLA's sort is slow to compile for a TPU (`array_ops.radix_sort`)."""
+    return array_ops.radix_sort(bound - workload, int(bound).bit_length())[1]
+
+
 # -- the forward walks
 
 def _forward_tiles(rule, B, geom, feats, ids, start, length, px: Pixels, inside):
@@ -192,7 +199,7 @@ def _lanes_forward(cfg, geom, feats, ids, tiles: Tiles):
     ch = feats.shape[0]
     w = cfg.options.lanes or auto_lanes(t, p)
     w = min(w, t)
-    order = jnp.argsort(-length)  # the queue: heaviest first
+    order = _heaviest_first(length, ids.shape[0])  # the queue
     busy = jnp.sum(length > 0)  # tiles with a list (the rest stay as they start)
     out = rule.initial_state(tiles.inside, ch)  # every tile's final state, written as its lane finishes
 
@@ -311,7 +318,7 @@ def _lanes_backward(cfg, geom, feats, ids, tiles: Tiles, cot, behind0):
     t, p = tiles.px.x.shape
     w = min(cfg.options.lanes or auto_lanes(t, p), t)
     chunks = _own_chunks(jnp.max(cot.last, axis=1), B)  # [T] each tile's walk, from its deepest last contributor
-    order = jnp.argsort(-chunks)
+    order = _heaviest_first(chunks, _own_chunks(ids.shape[0], B))
     busy = jnp.sum(chunks > 0)
 
     def queued(q):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 
 from ..files.fileio import AsyncWriter, atomic_write, png_bytes
 from ..files.ply import write_ply
@@ -46,8 +47,9 @@ class Snapshots:
         preview = evaluation.render(trainer, viewmat, K, width, height, background=self.background, depth=False,
                                     distortion=distortion[0] if distortion else None).rgb
         g = trainer.gaussians
-        params = trainer.cfg.splats.exported(g.params)
-        self.writer.submit(_write_snapshot, self.out_dir, trainer.step, params, g.alive, preview)
+        # copies on the device (dispatched, not waited for): the next block deletes the state's own arrays
+        params, alive = jax.tree_util.tree_map(jnp.copy, (trainer.cfg.splats.exported(g.params), g.alive))
+        self.writer.submit(_write_snapshot, self.out_dir, trainer.step, params, alive, preview)
 
     def check(self):
         """Raise the `DiskFullError` of a write that ran out of space, if one did."""
