@@ -21,7 +21,7 @@ topology in the one-group and the lanes configuration, side by side: compile sec
 memory for temporaries. Compile-only: nothing here runs on a TPU.
 
     python -m benchmarks.walk [--trained CKPT] [--gaussians 0,300000,1000000] [--downscales 4,2,1]
-        [--no-time] [--lane-shares 4,8,16] [--compile v6e:2x2]
+        [--no-time] [--lane-shares 4,8,16] [--compile v6e:2x2] [--configs cpu,accel-1group,accel-lanes]
 """
 from __future__ import annotations
 
@@ -158,6 +158,7 @@ def main():
     ap.add_argument("--no-time", action="store_true", help="count only (the one-group walks are slow on a CPU)")
     ap.add_argument("--lane-shares", default="", help="tiles per lane to count besides the automatic (e.g. 4,16)")
     ap.add_argument("--compile", default="", help="a TPU topology (v6e:2x2) to compile the rasterizer for")
+    ap.add_argument("--configs", default=",".join(CONFIGS), help="which of the configurations to run")
     a = ap.parse_args()
 
     import jax
@@ -166,12 +167,12 @@ def main():
     from jax_backend import RasterizerOptions
     from jax_backend.rendering.rasterize_flat import auto_lanes
 
-    engine = load_engine(a.data)
+    engine = load_engine(a.data) if (a.trained or a.gaussians) and a.downscales else None
     states = []
-    if a.trained:
+    if a.trained and engine is not None:
         g = trained_gaussians(a.trained)
         states.append((f"trained ({int(np.asarray(g.alive).sum()):,})", g))
-    for n in (int(x) for x in a.gaussians.split(",") if x):
+    for n in (int(x) for x in a.gaussians.split(",") if x and engine is not None):
         states.append((f"seeds ({int(np.asarray(engine.gaussians.alive).sum()):,})" if n == 0 else f"grown {n:,}",
                        engine.gaussians if n == 0 else grown(engine.gaussians, n)))
     shares = [int(x) for x in a.lane_shares.split(",") if x]
@@ -181,10 +182,10 @@ def main():
           "bwd slots / needed | bwd iterations | fwd s | bwd s |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for label, g in states:
-        for d in (int(x) for x in a.downscales.split(",")):
+        for d in (int(x) for x in a.downscales.split(",") if x):
             geom, feats, lists, tiles, grid, isects = view_inputs(engine, g, d)
             t = grid.num_tiles
-            configs = dict(CONFIGS)
+            configs = {k: v for k, v in CONFIGS.items() if k in a.configs.split(",")}
             for s in shares:
                 configs[f"lanes, {s} tiles/lane"] = dict(walk="lanes", lanes=max(1, -(-t // s)))
             for name, kw in configs.items():

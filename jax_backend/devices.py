@@ -104,3 +104,34 @@ def skip_absent_accelerators() -> bool:
         return False
     jax.config.update("jax_platforms", "cpu")
     return True
+
+
+def _index_key(index) -> tuple:
+    return tuple((s.start, s.stop, s.step) for s in index)
+
+
+class HostCopy:
+    """A pytree of arrays copied to host memory shard by shard, each distinct shard once (no
+    array is gathered on a device, and replicas are not copied twice), with what `restore` needs
+    to put every shard back on the devices it came from: the trainer's copy of the state before a
+    block that donates it (`Trainer._dispatch`). With several processes each holds its own shards."""
+
+    def __init__(self, tree):
+        def one(x):
+            shards = {}
+            for s in x.addressable_shards:
+                shards.setdefault(_index_key(s.index), np.array(s.data, copy=True))
+            return (x.shape, x.sharding, shards)
+
+        leaves, self._treedef = jax.tree_util.tree_flatten(tree)
+        self._leaves = [one(x) for x in leaves]
+
+    def restore(self):
+        """The arrays again, placed as they were."""
+        def one(leaf):
+            shape, sharding, shards = leaf
+            placed = [jax.device_put(shards[_index_key(idx)], d)
+                      for d, idx in sharding.addressable_devices_indices_map(shape).items()]
+            return jax.make_array_from_single_device_arrays(shape, sharding, placed)
+
+        return jax.tree_util.tree_unflatten(self._treedef, [one(leaf) for leaf in self._leaves])

@@ -160,8 +160,8 @@ def test_rasterizers_agree_and_tiling_changes_nothing():
     base = rasterization(*args, sh_degree=3, rasterizer="flat")[0]
     # the automatic group count (on a CPU) walks 15 tiles in one loop, the 54 tiles of 8 pixels in three
     assert (auto_groups(15, "cpu"), auto_groups(54, "cpu"), auto_groups(10**5, "cpu")) == (1, 3, MAX_GROUPS)
-    # accelerators walk lanes: a lane for every 8 tiles, at least 16,384 pixels side by side, at most every tile
-    assert (auto_lanes(15, 256), auto_lanes(3024, 256), auto_lanes(11970, 64)) == (15, 378, 1497)
+    # accelerators walk lanes: a lane for every 12 tiles, at least 16,384 pixels side by side, at most every tile
+    assert (auto_lanes(15, 256), auto_lanes(3024, 256), auto_lanes(11970, 64)) == (15, 252, 998)
     assert auto_lanes(200, 256) == 64 and auto_lanes(300, 64) == 256
     for kw in (dict(rasterizer="standard"), dict(rasterizer="flat", tile_size=8, options=Options(chunk=5)),
                dict(rasterizer="standard", tile_size=32, options=Options(tile_batch=3)),

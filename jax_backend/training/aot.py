@@ -26,14 +26,12 @@ def lower_block(trainer: Trainer, num_steps: int, target=None):
     """The trainer's next block of `num_steps` steps, lowered (`.compile()` it): for its own
     devices, or built for `target` devices."""
     table = trainer.images.block_table(trainer.step, num_steps)
-    since = trainer.layout.place(np.int32(trainer.step))
     if target is None:
-        return trainer.block_fn(num_steps).lower(trainer.device_data, table, trainer.device_state, since)
+        return trainer.block_fn(num_steps).lower(trainer.device_data, table, trainer.device_state)
     layout = trainer.layout.on(target)
     state = trainer.device_state
     placed = (_abstract_like(layout, trainer.device_data), _abstract_like(layout, table),
-              _abstract_like(layout, state, rows_to_split(trainer.opt.gaussians, trainer.state, layout.tile_devices)),
-              _abstract_like(layout, since))
+              _abstract_like(layout, state, rows_to_split(trainer.opt.gaussians, trainer.state, layout.tile_devices)))
     return _lowered(trainer.make_block(num_steps, layout), layout, placed)
 
 

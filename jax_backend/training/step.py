@@ -228,57 +228,22 @@ def refine_state(cfg: TrainConfig, tx, scene_extent: float, state: TrainState, s
     return state._replace(key=key), info
 
 
-def nonfinite_rows(params: dict, alive) -> jnp.ndarray:
-    """[P] int32: live Gaussians with a non-finite value in each parameter array, in the order of
-    `sorted(params)` (the trainer names them)."""
-    def count(x):
-        return jnp.sum(~jnp.isfinite(x.reshape(x.shape[0], -1)).all(axis=1) & alive).astype(jnp.int32)
-    return jnp.stack([count(params[k]) for k in sorted(params)])
-
-
-def guarded_step(cfg: TrainConfig, opt: Optimizers, layout: Layout, isect_capacity: int, downscale: int,
-                 plan: ViewPlan, data: Dataset, table: ImageTable, carry, index):
-    """`train_step`, taken only while every step before it in the block was and its own result is
-    sound: no view's intersections overflowed the buffer, the loss and the Gaussians are finite.
-    A step that is not sound, and every step after it, leave the state as it was (a select: the
-    block's input state is donated, so the block itself keeps the last good one and the trainer
-    carries on from there, `Trainer._dispatch`). Data parallel, the replicas agree (`psum`).
-
-    carry: (state, stopped). Metrics: `train_step`'s plus "taken" [views] (the step was taken)
-    and "nonfinite_rows" [P] (`nonfinite_rows` of its result)."""
-    state, stopped = carry
-    new, metrics = train_step(cfg, opt, layout, isect_capacity, downscale, plan, data, table, state, index)
-    bad = nonfinite_rows(new.gaussians.params, new.gaussians.alive)
-    unsound = jnp.any(metrics["overflow"]) | ~jnp.all(jnp.isfinite(metrics["loss"])) | jnp.any(bad > 0)
-    if plan.axis_name is not None:
-        unsound = jax.lax.psum(unsound.astype(jnp.int32), plan.axis_name) > 0
-    stopped = stopped | unsound
-    state = array_ops.where_tree(stopped, state, new)
-    metrics = dict(metrics, taken=jnp.broadcast_to(~stopped, metrics["loss"].shape), nonfinite_rows=bad)
-    return (placed(layout, opt.gaussians, state), stopped), metrics
-
-
 def train_block(cfg: TrainConfig, layout: Layout, isect_capacity: int, downscale: int, num_steps: int, plan: ViewPlan,
-                data: Dataset, table: ImageTable, state: TrainState, since):
+                data: Dataset, table: ImageTable, state: TrainState):
     """`num_steps` steps in one `lax.scan` on the cameras and extent of `data`
-    (`data.block_cameras`) and the draws and images of `table`, then density control for the
-    steps (`since`, state.step] (`since`: the step the block's first dispatch started from; a
-    block that stopped and goes on from where it stopped counts from there too). Steps are taken
-    as `guarded_step` allows: a block stops at a step whose buffer overflowed or whose result is
-    not finite, keeps the state from before it and leaves density control to the block that goes
-    on. Per-step metrics come back as arrays [num_steps, views_per_replica]. Data parallel, every
-    replica holds the same state and statistics, so the density control below runs on each and
-    agrees, with no host round trip."""
+    (`data.block_cameras`) and the draws and images of `table`, then density control. Per-step
+    metrics come back as arrays [num_steps, views_per_replica]. Data parallel, every replica holds
+    the same state and statistics, so the density control below runs on each and agrees, with no
+    host round trip."""
     opt, scene_extent = optimizers(cfg, data.extent), data.extent
-    tx = opt.gaussians
+    step_before, tx = state.step, opt.gaussians
     state = placed(layout, tx, state)  # per-Gaussian rows split over the tile devices
-    (state, stopped), metrics = jax.lax.scan(
-        partial(guarded_step, cfg, opt, layout, isect_capacity, downscale, plan, data, table),
-        (state, jnp.bool_(False)), jnp.arange(num_steps))
+    state, metrics = jax.lax.scan(partial(train_step, cfg, opt, layout, isect_capacity, downscale, plan, data, table),
+                                  state, jnp.arange(num_steps))
     # no run ends on a refinement: nothing is densified, pruned or reset after the last step
     # a select, not a cond (`array_ops.where_tree`: TPU layouts)
-    state, info = array_ops.where_tree((state.step < cfg.max_steps) & ~stopped,
-                                       refine_state(cfg, tx, scene_extent, state, since), (state, RefineInfo.none()))
+    state, info = array_ops.where_tree(state.step < cfg.max_steps, refine_state(cfg, tx, scene_extent, state, step_before),
+                                       (state, RefineInfo.none()))
     return placed(layout, tx, state), metrics, info
 
 

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from ..devices import HostCopy
 from ..errors import UserFacingError
 from ..layout import REPLICA_AXIS, Layout, make_layout
 from ..rendering import isect_buffer, next_pow2
@@ -33,9 +34,24 @@ def alive_count(alive):
     return jnp.sum(alive)
 
 
+@jax.jit
+def first_replica_nonfinite(params: dict, alive) -> dict:
+    """`nonfinite_rows` of the first replica of stacked arrays (a data-parallel state)."""
+    return nonfinite_rows(jax.tree_util.tree_map(lambda x: x[0], params), alive[0])
+
+
 class NonFiniteError(UserFacingError, FloatingPointError):
     """Training diverged: a loss or a Gaussian parameter became NaN or infinite. The message
-    names the step and the arrays; the trainer keeps the state from before that step."""
+    names the step and the arrays; the trainer keeps the state from before the block."""
+
+
+@jax.jit
+def nonfinite_rows(params: dict, alive) -> dict:
+    """{parameter name: number of live Gaussians with a non-finite value in it}."""
+    def count(x):
+        bad = ~jnp.isfinite(x.reshape(x.shape[0], -1)).all(axis=1)
+        return jnp.sum(bad & alive)
+    return {name: count(x) for name, x in params.items()}
 
 
 def per_replica(fn, layout: Layout):
@@ -56,10 +72,10 @@ def per_replica(fn, layout: Layout):
 class Trainer:
     """Host side: dispatches blocks, grows buffers when the device says they are too small.
 
-    - Intersection buffer (`rendering.isect_buffer`'s policy): a block stops at a step whose
-      buffer overflowed, before taking it (never a silently wrong image), and goes on from there
-      with a larger buffer; the buffer is also grown ahead of time when a block came near it.
-      The block donates its input state: the training state exists once in device memory.
+    - Intersection buffer (`rendering.isect_buffer`'s policy): a block whose steps overflowed is
+      run again from the state before it with a larger buffer (never a silently wrong image); it
+      is also grown ahead of time when a block came near it. The block donates its input state
+      (the state exists once in device memory); the state before it waits in host memory.
     - Gaussian capacity: when density control needs more slots than there are, it changes nothing
       and reports the number; the host pads every per-Gaussian array (parameters, Adam moments,
       statistics) to the next power of two and runs density control again.
@@ -201,25 +217,22 @@ class Trainer:
         self.isect_capacity = max(self.isect_capacity, self._buffer_ahead())
 
     # -- compiled programs
-    def make_block(self, num_steps: int, layout: Layout, downscale: Optional[int] = None):
+    def make_block(self, num_steps: int, layout: Layout):
         """The block program (`train_block`) built for `layout`, not compiled yet: (cameras and
-        extent, images' table, state, since) -> (state, metrics, RefineInfo). Its input state is
-        donated: the block's output takes its place, and the trainer never keeps a second copy
-        (`_dispatch`). `downscale`: the training images' factor (default: the current step's)."""
-        downscale = self.cfg.downscale_at(self.step) if downscale is None else downscale
+        extent, images' table, state) -> (state, metrics, RefineInfo). Its input state is donated:
+        the block's output state takes its place in device memory (`_dispatch` keeps a host copy)."""
+        downscale = self.cfg.downscale_at(self.step)  # a block keeps the factor it starts with
         fn = partial(train_block, self.cfg, layout, self.isect_capacity, downscale, num_steps, self.plan)
         if layout.data_parallel:
             fn = per_replica(fn, layout)
         return jax.jit(fn, donate_argnums=(2,))
 
-    def block_fn(self, num_steps: int, downscale: Optional[int] = None):
-        """The program of a block of `num_steps` steps at `downscale` (default: the current
-        step's factor) for this trainer's devices (compiled once per buffer size, factor and
-        length)."""
-        downscale = self.cfg.downscale_at(self.step) if downscale is None else downscale
-        key = ("block", self.isect_capacity, downscale, num_steps)
+    def block_fn(self, num_steps: int):
+        """The next block's program of `num_steps` steps for this trainer's devices (compiled once
+        per buffer size, resolution and length)."""
+        key = ("block", self.isect_capacity, self.cfg.downscale_at(self.step), num_steps)
         if key not in self._compiled:
-            self._compiled[key] = self.make_block(num_steps, self.layout, downscale)
+            self._compiled[key] = self.make_block(num_steps, self.layout)
         return self._compiled[key]
 
     def make_refine(self):
@@ -234,44 +247,30 @@ class Trainer:
 
     # -- one block, in named pieces
     def _dispatch(self, num_steps: int):
-        """Run the block of `num_steps` steps from the current state. The block donates its input
-        state and stops at a step it cannot take (`step.guarded_step`); on an overflowed
-        intersection buffer the buffer is grown and the block goes on from the step it reached,
-        at the factor it started with, with density control counted from its first step: the
-        steps taken are those of one uninterrupted block. Returns (metrics as numpy [steps, views
-        per step], RefineInfo); NonFiniteError at a step whose result is not finite, the state
-        kept from before it."""
+        """Run the block from the current state until its intersection buffer was large enough.
+        The block donates the state it is given (one copy in device memory); the state before it
+        waits in host memory (`devices.HostCopy`) for a block run again with a larger buffer, or
+        kept when the block diverged (`_check_finite`). Returns (metrics as numpy [steps, views per
+        step], RefineInfo, the host copy of the state before the block)."""
         first = self.step
-        downscale, since = self.cfg.downscale_at(first), self.layout.place(np.int32(first))
-        parts = []
+        before = HostCopy(self.device_state)
+        table = self.images.block_table(first, num_steps)
         while True:
-            done = self.step - first
-            table = self.images.block_table(self.step, num_steps - done)
-            self.device_state, metrics, info = self.block_fn(num_steps - done, downscale)(
-                self.device_data, table, self.device_state, since)
-            if done == 0:
-                self._prefetch_next(first + num_steps)  # host images: copied while this block runs
-            metrics = self._host_metrics(metrics)
-            taken = int(metrics["taken"].all(axis=1).sum())
-            parts.append({k: v[:taken] for k, v in metrics.items()})
-            if taken == num_steps - done:
-                whole = {k: np.concatenate([p[k] for p in parts]) for k in metrics}
-                return whole, (self.layout.one_copy(info) if self.layout.data_parallel else info).as_python()
-            stop = {k: v[taken] for k, v in metrics.items()}
-            if np.isfinite(stop["loss"]).all() and not stop["nonfinite_rows"].any():  # the buffer overflowed
-                needed = int(stop["num_intersections"].max())
-                self.isect_capacity = isect_buffer.after_overflow(needed)
-                self.log(f"[jax-gs] step {self.step}: intersection buffer too small ({needed} needed); "
-                         f"grown to {self.isect_capacity}, the block goes on from this step")
-                continue
-            self._diverged(stop)
-
-    def _host_metrics(self, metrics) -> dict:
-        """A block's metrics as numpy [steps, ...]; data parallel this process's replicas' side by
-        side ([replicas, steps, views] -> [steps, replicas * views])."""
-        if not self.layout.data_parallel:
-            return jax.device_get(metrics)
-        return {k: np.moveaxis(v, 0, 1).reshape(v.shape[1], -1) for k, v in self.layout.local_replicas(metrics).items()}
+            self.device_state, metrics, info = self.block_fn(num_steps)(self.device_data, table, self.device_state)
+            self._prefetch_next(first + num_steps)  # host images: copied while this block runs
+            if self.layout.data_parallel:  # this process's [replicas, steps, views] -> [steps, replicas * views]
+                metrics = {k: np.moveaxis(v, 0, 1).reshape(v.shape[1], -1)
+                           for k, v in self.layout.local_replicas(metrics).items()}
+                info = self.layout.one_copy(info)  # the replicas' are identical
+            else:
+                metrics = jax.device_get(metrics)
+            if not metrics["overflow"].any():
+                return metrics, info.as_python(), before
+            needed = int(metrics["num_intersections"].max())
+            self.isect_capacity = isect_buffer.after_overflow(needed)
+            self.log(f"[jax-gs] step {first}: intersection buffer too small ({needed} needed); "
+                     f"grown to {self.isect_capacity}, block run again")
+            self.device_state = before.restore()
 
     def _prefetch_next(self, first: int):
         """Start copying the images of the block that will start at step `first` (as `run_block`
@@ -279,20 +278,27 @@ class Trainer:
         if first < self.cfg.max_steps:
             self.images.prefetch(first, min(self.cfg.steps_per_block, self.cfg.max_steps - first))
 
-    def _diverged(self, stop: dict):
-        """NonFiniteError naming the step the block stopped at (its metrics `stop`) and the
-        parameters it would have made non-finite; the state is the one from before that step."""
-        names = sorted(self.device_state.gaussians.params)
-        counts = stop["nonfinite_rows"][:len(names)]  # data parallel: the replicas' are the same
-        alive = self._alive_count(self.device_state)
-        arrays = ", ".join(f"{k} ({int(v)} of {alive} Gaussians)" for k, v in zip(names, counts) if v)
-        loss = np.asarray(stop["loss"]).ravel()
-        finite = np.isfinite(loss).all()
-        when = f"at step {self.step}: " + ("" if finite else f"the loss is {float(loss[~np.isfinite(loss)][0])}")
-        if arrays:
-            when += ("" if finite else "; ") + f"it would make parameters non-finite: {arrays}"
-        raise NonFiniteError(f"training diverged {when} (a learning rate too high?); the run stops, keeping the "
-                             f"state from before step {self.step}")
+    def _check_finite(self, state, metrics, first: int):
+        """NonFiniteError naming the first step whose loss is not finite and the parameters with
+        non-finite values, if any."""
+        loss_ok = np.isfinite(metrics["loss"]).reshape(len(metrics["loss"]), -1).all(axis=1)
+        g = state.gaussians
+        check = first_replica_nonfinite if self.layout.data_parallel else nonfinite_rows
+        counts = {k: int(v) for k, v in jax.device_get(check(g.params, g.alive)).items()}
+        bad = {k: v for k, v in counts.items() if v}
+        if loss_ok.all() and not bad:
+            return
+        alive = self._alive_count(state)
+        arrays = ", ".join(f"{k} ({v} of {alive} Gaussians)" for k, v in bad.items())
+        last = first + len(loss_ok) - 1
+        if not loss_ok.all():
+            step = first + int(np.argmin(loss_ok))
+            when = f"at step {step}: the loss is {float(np.asarray(metrics['loss'])[step - first].ravel()[0])}"
+            when += f"; non-finite parameters after step {last}: {arrays}" if arrays else ""
+        else:
+            when = f"in steps {first}-{last}: non-finite parameters: {arrays}"
+        raise NonFiniteError(f"training diverged {when} (a learning rate too high?); the run stops, keeping "
+                             f"nothing of steps {first}-{last}")
 
     def _alive_count(self, state) -> int:
         """Live Gaussians of `state` as this trainer keeps it (counted where it lies)."""
@@ -326,7 +332,12 @@ class Trainer:
         first = self.step
         if self.cfg.downscale_at(first) != self._sized_for:  # a new training resolution: size the buffer for it
             self.size_buffer_ahead()
-        metrics, info = self._dispatch(num_steps)  # raises at a step that diverged, keeping the state from before it
+        metrics, info, before = self._dispatch(num_steps)
+        try:
+            self._check_finite(self.device_state, metrics, first)
+        except NonFiniteError:
+            self.device_state = before.restore()  # the state from before the block
+            raise
         info = self._refine_again_with_room(info, num_steps)
         metrics["num_alive"] = self._alive_count(self.device_state)
         self._log_budget(info)
