@@ -8,9 +8,9 @@ each repeat a pose of its own name), so nerfstudio undistorts every image as it 
 capture's. `ns-train jax-gs ... colmap --downscale-factor 2 --pipeline.model.num-downscales 0`
 then trains `--steps` steps at full resolution while the process tree's RSS is read every
 `--every` seconds. Phases, from the lines the run prints: start-up (imports, dataparser), caching
-(nerfstudio's datamanager reads and undistorts the images), engine (jax-gs builds its dataset
-and trainer), training (from the first block); steady = the median over the last half of
-training.
+(nerfstudio's datamanager reads and undistorts the images; jax-gs copies them into its dataset),
+engine (jax-gs builds its trainer and places the images), training (from the first block);
+steady = the median over the last half of training.
 
     python -m benchmarks.capture_memory [--photos 100,200,388] [--steps 20] [--keep DIR]
 """
@@ -29,7 +29,7 @@ from pathlib import Path
 from .profile_capture import SNOWMIKU
 
 SIZE = (2016, 1512)
-MARKERS = (("caching", "Caching / undistorting train images"), ("engine", "[jax-gs] each view's tiles"),
+MARKERS = (("caching", "Caching / undistorting train images"), ("engine", "training images of up to"),
            ("training", "[jax-gs] training steps"))
 
 

@@ -54,6 +54,56 @@ def use_cpu_cores() -> int:
     return n
 
 
+# -- host memory a CPU device takes as it is
+CPU_ALIGNMENT = 64  # bytes: XLA's CPU client aliases a numpy array whose data is this aligned, and copies any other
+
+
+def aliasable_zeros(shape, dtype, spare_rows: int = 0) -> np.ndarray:
+    """A zeroed numpy array whose buffer JAX's CPU devices take without a copy: `jax.device_put` to
+    a CPU device, or replicated over several, aliases an array whose data is CPU_ALIGNMENT-byte
+    aligned (numpy aligns large arrays to 16 bytes, and those are copied, once per device). The
+    training images are held in one, so on a CPU the host's copy and every device's are one.
+    `spare_rows` more rows follow the array in its buffer (`padded_rows` reaches them); never
+    written, they take no memory."""
+    dtype = np.dtype(dtype)
+    row = int(np.prod(shape[1:], dtype=np.int64)) * dtype.itemsize
+    raw = np.zeros((shape[0] + spare_rows) * row + CPU_ALIGNMENT, np.uint8)  # calloc: pages mapped when written
+    start = -raw.ctypes.data % CPU_ALIGNMENT
+    return raw[start:start + shape[0] * row].view(dtype).reshape(shape)
+
+
+def padded_rows(x: np.ndarray, rows: int) -> np.ndarray:
+    """`x` [N, ...] (numpy) as `rows` >= N rows, for a table whose rows past N are never read: in
+    x's own buffer when it holds them (`aliasable_zeros` with spare rows: no copy, still aligned),
+    else a copy padded with zeros."""
+    x = np.asarray(x)
+    base = x.base if x.base is not None else x
+    if isinstance(base, np.ndarray) and base.flags.c_contiguous and x.flags.c_contiguous and len(x):
+        offset = x.ctypes.data - base.ctypes.data
+        if 0 <= offset and offset + rows * (x.nbytes // len(x)) <= base.nbytes:
+            return np.ndarray((rows,) + x.shape[1:], x.dtype, buffer=base, offset=offset)
+    out = aliasable_zeros((rows,) + x.shape[1:], x.dtype)
+    out[:len(x)] = x
+    return out
+
+
+def return_free_memory() -> bool:
+    """Hand the C heap's free pages back to the system (glibc's `malloc_trim`): memory freed in
+    pieces (a capture's images as they are copied out of nerfstudio's cache) otherwise stays in the
+    process's resident set, because glibc serves allocations of a few MB from its heaps once the
+    first of that size is freed. Returns whether anything could be asked (False off glibc)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim(0)
+    return True
+
+
 # -- GPU memory beside another framework
 GPU_ALLOCATOR_PREFIX = "XLA_PYTHON_CLIENT_"  # JAX's GPU allocator settings (PREALLOCATE, MEM_FRACTION, ALLOCATOR)
 GPU_ALLOCATOR_SHARED = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}

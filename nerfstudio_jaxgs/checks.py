@@ -263,3 +263,59 @@ def check_views(dataset, split: str, fisheye: str = "native") -> None:
                            f"{raw[0]}x{raw[1]}")
         if problem:
             raise InputError(problem)
+
+
+# -- the images in host memory
+HOST_HEADROOM = 2 * 2**30  # bytes beside the images a run needs at least (its programs' working memory grows with the photo)
+
+
+def images_bytes(dataset) -> int:
+    """Bytes of a dataset's images (and masks) as uint8 RGB in host memory, where nerfstudio's cache
+    and then jax-gs's training table hold them, once (from the cameras' sizes: no file is read)."""
+    import numpy as np
+
+    cams = dataset.cameras
+    pixels = int(np.sum(cams.width.numpy().astype(np.int64) * cams.height.numpy().astype(np.int64)))
+    masks = getattr(dataset._dataparser_outputs, "mask_filenames", None)
+    return pixels * (3 + (1 if masks else 0))
+
+
+def available_memory():
+    """Bytes of memory this process can still take: the system's available memory (Linux
+    /proc/meminfo), or less where a cgroup (a container) limits the process; None when unknown."""
+    found = []
+    try:
+        with open("/proc/meminfo") as f:
+            found += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
+    except OSError:
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        if limit != "max":
+            found.append(int(limit) - int(Path("/sys/fs/cgroup/memory.current").read_text()))
+    except (OSError, ValueError):
+        pass
+    return min(found) if found else None
+
+
+def check_host_memory(train, evaluation=None, share: float = 1.0, available=None, log=print) -> None:
+    """Stop before any image is read when the capture's images (`share` of the training views: this
+    host's) would not fit in the host's memory (`available`: default `available_memory()`), naming
+    the capture's size, the memory and the settings that help; say so when they leave less than
+    HOST_HEADROOM beside them."""
+    available = available_memory() if available is None else available
+    if available is None:
+        return
+    views = len(train) + (len(evaluation) if evaluation is not None else 0)
+    need = int(images_bytes(train) * share) + (images_bytes(evaluation) if evaluation is not None and len(evaluation) else 0)
+    cams = train.cameras
+    size = f"{int(cams.width.max())}x{int(cams.height.max())}"
+    gib = 2**30
+    what = (f"the capture's {views} images (up to {size} pixels) take {need / gib:.2f} GiB of host memory as uint8 "
+            f"and the host has {available / gib:.2f} GiB available")
+    helps = f"the dataparser's --downscale-factor 2 takes about {need / 4 / gib:.2f} GiB, or use fewer images"
+    if need > available:
+        raise InputError(f"{what}: {helps}")
+    if need + HOST_HEADROOM > available:
+        log(f"[jax-gs] {what}: less than {HOST_HEADROOM / gib:.0f} GiB is left for training, which may run out of "
+            f"memory ({helps})")

@@ -16,7 +16,7 @@ from nerfstudio.pipelines.base_pipeline import VanillaPipeline, VanillaPipelineC
 
 from . import checkpoint
 from .cameras import camera_model, cameras_to_opencv, training_camera_model
-from .checks import check_scene, check_views
+from .checks import check_host_memory, check_scene, check_views
 from .errors import InputError, user_errors
 from .hooks import cache_images, install_pipeline_hooks, no_prompts, training_views
 from .model import NO_TORCH_LOSS
@@ -102,6 +102,7 @@ class JaxGSPipeline(VanillaPipeline):
         test_mode = kwargs.get("test_mode", args[1] if len(args) > 1 else "val")
         if test_mode == "val":  # training: every image it will read, before any compute
             self._check_views(training=True)
+            self._check_host_memory()
             if self.model.config.init_ply is not None:
                 self._start_from_ply()
         outputs = getattr(self.datamanager, "train_dataparser_outputs", None)
@@ -118,6 +119,15 @@ class JaxGSPipeline(VanillaPipeline):
         self.model.publish(gaussians, 0)
         print(f"[jax-gs] starting from {int(gaussians.alive.sum())} Gaussians of {self.model.config.init_ply} "
               f"({self.model.config.init_ply_frame} frame)")
+
+    def _check_host_memory(self) -> None:
+        """Before nerfstudio caches any image: they fit in this host's memory (each of several
+        processes holds its share of the training views)."""
+        import jax
+
+        dm = self.datamanager
+        processes = jax.process_count() if jax.distributed.is_initialized() else 1
+        check_host_memory(dm.train_dataset, dm.eval_dataset, share=1 / processes)
 
     def _check_views(self, training: bool) -> None:
         dm = self.datamanager
@@ -168,14 +178,16 @@ class JaxGSPipeline(VanillaPipeline):
             distortions = np.stack([camera_model(views.cameras, i, fisheye)[1] for i in range(len(views))])
         if not cached:
             raise RuntimeError("the dataset has no training images")
+        # the images held once: nerfstudio's cache let go, each view freed as make_dataset copies it
         images = [np.asarray(d["image"].cpu().numpy()) for d in cached]
-        masks = None
-        if "mask" in cached[0]:
-            masks = [np.asarray(d["mask"].cpu().numpy())[..., 0].astype(bool) for d in cached]
-        viewmats = viewmats[mine]
-        data = make_dataset(images, viewmats, Ks, masks, distortions, on_device=False)  # the engine places them
+        masks = [np.asarray(d["mask"].cpu().numpy())[..., 0] for d in cached] if "mask" in cached[0] else None
         sizes = [im.shape[:2] for im in images]
-        del images, masks, cached
+        del cached
+        dm.__dict__.pop("cached_train", None)
+        viewmats = viewmats[mine]
+        data = make_dataset(images, viewmats, Ks, masks, distortions, on_device=False, release=True)
+        print(f"[jax-gs] {data.num_views} training images of up to {data.width}x{data.height} read: "
+              f"{data.image_bytes / 2**30:.2f} GiB of host memory")
         # nerfstudio's cache (which it reads for its rays per batch) as views of that one host copy
         dm.__dict__["cached_train"] = [{"image": torch.from_numpy(data.images[i, :h, :w])}
                                        for i, (h, w) in enumerate(sizes)]

@@ -235,7 +235,8 @@ def test_coarse_to_fine_training_resolution(scene):
 
     _, train, _ = scene
     views = jnp.arange(2)
-    images, masks, Ks, w, h = downscale_views(train.images[views], train.masks[views], train.Ks[views], 2)
+    masks = np.broadcast_to(train.masks[:2], train.images[:2].shape[:3])  # the dataset's [V, 1, W]: rows alike
+    images, masks, Ks, w, h = downscale_views(train.images[views], masks, train.Ks[views], 2)
     full = np.asarray(train.images[:2], np.float32) / 255.0
     H, W = full.shape[1] // 2 * 2, full.shape[2] // 2 * 2
     expect = full[:, :H, :W].reshape(2, H // 2, 2, W // 2, 2, -1).mean((2, 4))

@@ -10,6 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..devices import aliasable_zeros, return_free_memory
+
 
 class Dataset(NamedTuple):
     """Every training view: its image, mask and camera. Images of different sizes are padded to the
@@ -18,7 +20,7 @@ class Dataset(NamedTuple):
     `on_device`; where training keeps them: `image_tables`)."""
 
     images: jnp.ndarray  # [V, H, W, 3|4] uint8
-    masks: jnp.ndarray  # [V, H, W] bool
+    masks: jnp.ndarray  # [V, H, W] bool, or [V, 1, W]: every row alike (`make_dataset`)
     viewmats: jnp.ndarray  # [V, 4, 4] world-to-camera, OpenCV axes
     Ks: jnp.ndarray  # [V, 3, 3]
     distortions: jnp.ndarray  # [V, 4] a fisheye's k1-k4 (`TrainConfig.camera_model`; zeros otherwise)
@@ -71,13 +73,13 @@ def block_cameras(data: Dataset, scene_extent: float) -> Dataset:
                          extent=np.float32(scene_extent))
 
 
-def _opaque(im):
-    return 255 if im.dtype == np.uint8 else 1.0
 
 
-def make_dataset(images, viewmats, Ks, masks=None, distortions=None, on_device: bool = True) -> Dataset:
+def make_dataset(images, viewmats, Ks, masks=None, distortions=None, on_device: bool = True,
+                 release: bool = False) -> Dataset:
     """Pad the views to one size and put them on the device (the images and masks stay numpy
-    arrays in host memory when `on_device` is False).
+    arrays in host memory when `on_device` is False: `aliasable_zeros`, so that a CPU device takes
+    them without a copy).
 
     Args:
       images: list of [H_i, W_i, 3|4] uint8 (or float in [0, 1]) arrays, or one [V, H, W, C] array.
@@ -86,28 +88,42 @@ def make_dataset(images, viewmats, Ks, masks=None, distortions=None, on_device: 
       masks: optional list of [H_i, W_i] bool, the pixels to train on.
       distortions: optional [V, 4], each view's fisheye coefficients k1-k4 (the cameras drawn as
         `TrainConfig.camera_model` "fisheye"; default zeros).
+      release: empty the lists `images` and `masks` view by view as each is copied, so that a
+        caller whose lists hold the only references never holds the capture twice.
 
     Returns:
-      `Dataset` (padding pixels are masked out).
+      `Dataset`. Padding pixels are masked out; when every pixel of every view trains (no masks,
+      no padding) `masks` is [V, 1, W]: one row standing for every row (`image_tables.step_images`
+      broadcasts it), not a third of the images' bytes again.
     """
-    images = [np.asarray(im) for im in images]
-    if not images:
+    if isinstance(images, np.ndarray) and images.ndim == 4:
+        images = list(images)
+    if not len(images):
         raise ValueError("no training images")
-    if any(im.ndim != 3 or im.shape[-1] not in (3, 4) for im in images):
-        raise ValueError(f"images must be [H,W,3] or [H,W,4]; got shapes {sorted({im.shape for im in images})}")
-    if len({im.shape[-1] for im in images}) > 1:  # RGB among RGBA: opaque
-        images = [im if im.shape[-1] == 4 else np.concatenate([im, np.full_like(im[..., :1], _opaque(im))], -1)
-                  for im in images]
-    H = max(im.shape[0] for im in images)
-    W = max(im.shape[1] for im in images)
-    V, C = len(images), images[0].shape[-1]
-    out = np.zeros((V, H, W, C), np.uint8)
-    valid = np.zeros((V, H, W), bool)
-    for i, im in enumerate(images):
+    shapes = [np.shape(im) for im in images]
+    if any(len(s) != 3 or s[-1] not in (3, 4) for s in shapes):
+        raise ValueError(f"images must be [H,W,3] or [H,W,4]; got shapes {sorted(set(shapes))}")
+    H, W = max(s[0] for s in shapes), max(s[1] for s in shapes)
+    V, C = len(images), max(s[-1] for s in shapes)  # RGB among RGBA: opaque
+    whole = masks is None and all(s[:2] == (H, W) for s in shapes)
+    spare = view_bucket(V) - V  # rows an image table may be padded to (`image_tables.DeviceImages`)
+    out = aliasable_zeros((V, H, W, C), np.uint8, spare)
+    valid = aliasable_zeros((V, 1, W) if whole else (V, H, W), bool, spare)
+    for i in range(V):
+        im = np.asarray(images[i])
         if im.dtype != np.uint8:
             im = np.clip(np.round(np.asarray(im, np.float32) * 255), 0, 255).astype(np.uint8)
-        out[i, : im.shape[0], : im.shape[1]] = im
-        valid[i, : im.shape[0], : im.shape[1]] = True if masks is None else np.asarray(masks[i], bool)
+        h, w = im.shape[:2]
+        out[i, :h, :w, :im.shape[-1]] = im
+        if im.shape[-1] < C:
+            out[i, :h, :w, C - 1] = 255
+        valid[i, :h, :w] = True if masks is None else np.asarray(masks[i], bool)
+        if release:  # the view's memory back to the system before the next one is copied
+            images[i] = None
+            if masks is not None:
+                masks[i] = None
+            del im
+            return_free_memory()
     viewmats, Ks = np.asarray(viewmats, np.float32), np.asarray(Ks, np.float32)
     if viewmats.shape != (V, 4, 4) or Ks.shape != (V, 3, 3):
         raise ValueError(f"need viewmats [V,4,4] and Ks [V,3,3] for V={V}, got {viewmats.shape}, {Ks.shape}")

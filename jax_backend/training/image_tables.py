@@ -18,8 +18,10 @@ from __future__ import annotations
 from typing import NamedTuple, Optional
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
+from ..devices import padded_rows
 from ..layout import Layout
 from .data import Dataset, ViewPlan
 
@@ -31,7 +33,7 @@ class ImageTable(NamedTuple):
     parallel: stacked on a leading replica axis, each replica its own slice)."""
 
     images: object  # [N, H, W * C] uint8 (`interleaved_rows`)
-    masks: object  # [N, H, W] bool
+    masks: object  # [N, H, W] bool, or [N, 1, W]: every row alike (`make_dataset`)
     views: object = None  # [num_steps, views_per_replica] int32: each step's views (the dataset's, for their cameras)
     slots: object = None  # [num_steps, views_per_replica] int32: each step's rows of `images`
 
@@ -51,7 +53,8 @@ def step_images(table: ImageTable, index):
     [B, H, W, C] and masks [B, H, W]."""
     slots = table.slots[index]
     images = table.images[slots]
-    return table.views[index], images.reshape(images.shape[:2] + (table.masks.shape[2], -1)), table.masks[slots]
+    images = images.reshape(images.shape[:2] + (table.masks.shape[2], -1))
+    return table.views[index], images, jnp.broadcast_to(table.masks[slots], images.shape[:3])
 
 
 def place_tables(layout: Layout, tables) -> ImageTable:
@@ -119,11 +122,11 @@ class DeviceImages(_BlockTables):
 
     def __init__(self, layout: Layout, plan: ViewPlan, data: Dataset):
         super().__init__(layout, plan)
-        tables = []
+        tables, V = [], data.num_views
         for replica in range(layout.replicas):
             rows = plan.lane_rows(replica)
-            if np.array_equal(rows, np.arange(data.num_views)):  # one lane: the dataset as it is
-                tables.append(interleaved_rows(data.images, data.masks))
+            if np.array_equal(rows[:V], np.arange(V)):  # one lane: the dataset as it is (its padding never drawn)
+                tables.append(interleaved_rows(padded_rows(data.images, len(rows)), padded_rows(data.masks, len(rows))))
             else:
                 tables.append(interleaved_rows(np.asarray(data.images)[rows], np.asarray(data.masks)[rows]))
         self.table = place_tables(layout, tables)
