@@ -168,6 +168,16 @@ def split_for_the_loss(layout: Layout, *images):
     return tuple(x if x is None else jax.lax.with_sharding_constraint(x, rows) for x in images)
 
 
+def gathered_whole(layout: Layout, *views):
+    """The step's images and masks as gathered from the image table: whole on each tile device,
+    where `split_for_the_loss` then splits them by rows. Without it XLA splits the table itself by
+    rows before the gather, each device copying its rows of every training image (the capture's
+    bytes again, in the block's temporaries: issue 68)."""
+    if layout.tile_devices <= 1 or layout.platform != "cpu":
+        return views
+    return tuple(jax.lax.with_sharding_constraint(x, layout.whole_sharding()) for x in views)
+
+
 def optimizers(cfg: TrainConfig, scene_extent) -> Optimizers:
     """Every optimizer group of a run (`optim.make_optimizers`), the means' rate times
     `scene_extent`: a float on the host, a value in a block (`data.block_cameras`)."""
@@ -190,6 +200,7 @@ def train_step(cfg: TrainConfig, opt: Optimizers, layout: Layout, isect_capacity
     key, k_bg, k_noise = jax.random.split(state.key, 3)
     g, strategy, fixes = state.gaussians, cfg.strategy, cfg.corrections
     views, images, masks = step_images(table, index)
+    images, masks = gathered_whole(layout, images, masks)
     images, masks, Ks, width, height = downscale_views(images, masks, data.Ks[views], downscale)
     bgs = jax.vmap(lambda lane: background_color(cfg.background, jax.random.fold_in(k_bg, lane)))(plan.replica_lanes())
     targets = step_targets(images, bgs)
