@@ -12,7 +12,7 @@ Then the largest capture each device trains: images x resolution with the images
 and in host memory, for a Gaussian count, from those costs (the buffer at 4 slots a Gaussian:
 twice the 2 intersections a Gaussian of a full-resolution view of snowmiku at 1M Gaussians).
 
-    python -m benchmarks.memory_fit [--targets cpu v5e:2x2 v6e:2x2 h200] [--out FILE]
+    python -m benchmarks.memory_fit [--targets cpu v5e:2x2 v6e:2x2 h200] [--points base gaussians ...] [--out FILE]
 """
 from __future__ import annotations
 
@@ -117,6 +117,11 @@ def report(rows: list, targets: list) -> str:
     lines = ["# bytes per unit in training, from the compiled train block's memory analysis (per device):"]
     by = {t: {r["point"]: r for r in rows if r["target"] == t and "error" not in r} for t in targets}
     cost = {t: costs(by[t]) for t in targets if len(by[t]) == len(POINTS)}
+    for t in targets:  # some points only (--points): the Gaussian's cost where both its points are there
+        if t not in cost and {"base", "gaussians"} <= set(by[t]):
+            mcmc = (f", MCMC {(by[t]['mcmc-gaussians']['bytes'] - by[t]['mcmc']['bytes']) / SLOTS:.0f}"
+                    if {"mcmc", "mcmc-gaussians"} <= set(by[t]) else "")
+            lines.append(f"{t:>9} a Gaussian: {(by[t]['gaussians']['bytes'] - by[t]['base']['bytes']) / SLOTS:.0f} B{mcmc}")
     lines.append(f"{'target':>9} {'Gaussian':>9} {'(MCMC)':>8} {'buffer slot':>11} {'image px':>9} "
                  f"{'host table px':>13} {'step px':>8} {'fixed MiB':>9}")
     for t, c in cost.items():
@@ -146,6 +151,8 @@ def report(rows: list, targets: list) -> str:
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--targets", nargs="+", default=["cpu", "v5e:2x2", "v6e:2x2", "h200"])
+    ap.add_argument("--points", nargs="+", default=list(POINTS), choices=list(POINTS),
+                    help="design points to compile (default: all; the tables need all)")
     ap.add_argument("--out", default=None, help="JSON lines file for the rows")
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -159,7 +166,7 @@ def main():
     env = dict(os.environ, JAX_PLATFORMS="cpu", TPU_SKIP_MDS_QUERY="1")
     rows = []
     for target in a.targets:
-        for point in POINTS:
+        for point in a.points:
             out = subprocess.run([sys.executable, "-m", "benchmarks.memory_fit", "--child", point, target],
                                  capture_output=True, text=True, cwd=root, env=env)
             if out.returncode:

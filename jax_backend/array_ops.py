@@ -171,3 +171,23 @@ def argsort_by_radix(x):
 def argsort_by_pairs(x):
     """`argsort` as every other program computes it."""
     return sort_pairs(sortable_bits(x), jnp.arange(x.shape[0], dtype=jnp.uint32))[1].astype(jnp.int32)
+
+
+def component_rows(a, gid):
+    """`a` [C, N] at Gaussian ids `gid` (N: none, zeros): [C, *gid.shape], one gather from `a`'s
+    C x N values in a row. Gathering [C, N] by columns instead, a TPU lays `a` out as [N, C] rows,
+    each padded to 128 lanes (42x a Gaussian's 3 values; docs/tpu.md). The lanes walk and density
+    control's `gather_rows` gather so."""
+    c, n = a.shape
+    at = jnp.where(gid < n, gid, c * n)[None] + n * jnp.arange(c, dtype=gid.dtype).reshape((c,) + (1,) * gid.ndim)
+    return a.reshape(-1).at[at].get(mode="fill", fill_value=0)
+
+
+def component_sums(acc, gid, rows):
+    """Per-Gaussian sums held component-major, flat: `acc` [C x N] with `rows` [T, C] added at
+    Gaussian ids `gid` [T] (N: dropped), one scatter of T x C values (not of T rows of C, which a
+    TPU pads to 128 lanes as `component_rows` says)."""
+    c = rows.shape[-1]
+    n = acc.shape[0] // c
+    at = jnp.where(gid < n, gid, c * n)[:, None] + n * jnp.arange(c, dtype=gid.dtype)[None, :]
+    return acc.at[at.reshape(-1)].add(rows.reshape(-1), mode="drop")

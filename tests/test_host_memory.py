@@ -118,3 +118,33 @@ def test_a_capture_larger_than_the_host_memory_stops_before_caching(monkeypatch,
     p = pipeline()
     assert "less than 2 GiB is left for training" in capsys.readouterr().out
     assert p.ensure_engine(10).data.num_views > 0
+
+
+def test_a_block_on_two_cpu_devices_keeps_no_copy_of_the_image_table():
+    """Two CPU devices share a view's tiles and split its loss by rows: the compiled block's
+    temporaries hold the step's view, not the table split by rows (a copy of every image, as XLA
+    made it when the split propagated back through the step's gather)."""
+    import jax.numpy as jnp
+
+    from benchmarks.accelerator_compile import scene_views
+    from jax_backend import Trainer, make_layout
+    from jax_backend.training import aot
+    from jax_backend.training.initialization import init_from_points
+    from nerfstudio_jaxgs import config as methods
+    from nerfstudio_jaxgs.settings import train_config
+
+    views, width, height = 240, 352, 320  # 112,640 pixels a view: the loss split by rows
+    spec = methods.jax_gs_method
+    cfg = train_config(spec.config.pipeline.model, max_steps=1000, num_train_data=views,
+                       optimizers=spec.config.optimizers)
+    means, _, _, _, colors, viewmats, Ks = scene_views(4096, width, height)
+    reps = -(-views // len(viewmats))
+    data = make_dataset(np.zeros((views, height, width, 3), np.uint8), np.tile(viewmats, (reps, 1, 1))[:views],
+                        np.tile(Ks, (reps, 1, 1))[:views], on_device=False)
+    g = init_from_points(means, colors, sh_degree=cfg.sh_degree, capacity=4096)
+    tr = Trainer(cfg, data, g, 1.0, isect_capacity=1 << 16, log=lambda *_: None,
+                 layout=make_layout(replicas=1, tile_devices=2))
+    tr.state = tr.state._replace(step=jnp.int32(900))  # full resolution
+    temp = aot.lower_block(tr, 2, None).compile().memory_analysis().temp_size_in_bytes
+    table = data.images.nbytes  # 81 MB
+    assert temp < table / 2, f"{temp / 2**20:.0f} MiB of temporaries for a {table / 2**20:.0f} MiB table"

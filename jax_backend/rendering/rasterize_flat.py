@@ -55,9 +55,9 @@ def _no_count():
     return WalkCount(jnp.int32(0), jnp.int32(0), jnp.int32(0))
 
 
-def _gather_chunk(k, chunk, geom, feats, ids, start, length):
+def _gather_chunk(k, chunk, geom, feats, ids, start, length, flat: bool = False):
     """Gaussians at list positions [k*chunk, (k+1)*chunk) of every tile (`k` a scalar, or one per
-    tile [T]).
+    tile [T]); `flat`: by `array_ops.component_rows` (the lanes walk).
 
     Returns:
       (gid [T, B]: Gaussian ids, one past the last where out of range; the scan inputs: a `Splat`
@@ -70,8 +70,10 @@ def _gather_chunk(k, chunk, geom, feats, ids, start, length):
     in_range = pos_t < length[:, None]  # [T, B]
     slot = jnp.clip(start[:, None] + pos_t, 0, ids.shape[0] - 1)
     gid = jnp.where(in_range, ids[slot], geom.shape[1])  # out of range: one past the end
-    g = geom.at[:, gid].get(mode="fill", fill_value=0.0)  # [GEOM, T, B]
-    f = feats.at[:, gid].get(mode="fill", fill_value=0.0)
+    if flat:
+        g, f = array_ops.component_rows(geom, gid), array_ops.component_rows(feats, gid)  # [GEOM, T, B], [ch, T, B]
+    else:
+        g, f = geom.at[:, gid].get(mode="fill", fill_value=0.0), feats.at[:, gid].get(mode="fill", fill_value=0.0)
     step_pos = pos if jnp.ndim(k) == 0 else pos.T[..., None]
     steps = Splat(jnp.moveaxis(g, -1, 0)[..., None], jnp.moveaxis(f, -1, 0)[..., None], step_pos,
                   in_range.T[..., None])
@@ -214,7 +216,7 @@ def _lanes_forward(cfg, geom, feats, ids, tiles: Tiles):
         active = tile < t
         start, n = tiles.start.at[tile].get(mode="fill", fill_value=0), length.at[tile].get(mode="fill", fill_value=0)
         px = Pixels(*(a.at[tile].get(mode="fill", fill_value=0.0) for a in tiles.px))
-        _, steps = _gather_chunk(k, B, geom, feats, ids, start, n)
+        _, steps = _gather_chunk(k, B, geom, feats, ids, start, n, flat=True)
         st, _ = jax.lax.scan(lambda s, splat: (rule.forward(s, px, splat), None), st, steps)
         k = k + 1
         finished = active & ((k * B >= n) | jnp.all(st.done, axis=1))
@@ -262,8 +264,10 @@ def flat_forward(cfg, geom, feats, ids, tiles: Tiles):
 
 def _scatter_rows(rule, B, acc, geom, feats, ids, start, length, k, px, cot, st):
     """One chunk of the back-to-front walk (positions of chunk `k`, scalar or per tile): the
-    tiles' back states in front of it and the per-Gaussian sums with its rows added."""
-    gid, steps = _gather_chunk(k, B, geom, feats, ids, start, length)
+    tiles' back states in front of it and the per-Gaussian sums with its rows added (`acc`
+    [N, C], or flat [C x N]: `array_ops.component_sums`, the lanes walk)."""
+    flat = acc.ndim == 1
+    gid, steps = _gather_chunk(k, B, geom, feats, ids, start, length, flat)
 
     def step(carry, x):
         s, acc = carry
@@ -272,7 +276,8 @@ def _scatter_rows(rule, B, acc, geom, feats, ids, start, length, k, px, cot, st)
         # the T tiles' rows of this list position into the per-Gaussian sums: a scatter of T
         # rows per step, not one of B x T per chunk (for TPU, XLA compiles a scatter-add of
         # 24,576 rows with repeated ids around a hidden sort, 10 s to generate; of 768, none)
-        return (s, acc.at[gid_at].add(jnp.concatenate(sum_pixels(grads), -1), mode="drop")), None
+        rows = jnp.concatenate(sum_pixels(grads), -1)
+        return (s, array_ops.component_sums(acc, gid_at, rows) if flat else acc.at[gid_at].add(rows, mode="drop")), None
 
     (st, acc), _ = jax.lax.scan(step, (st, acc), (steps, gid.T), reverse=True)
     return st, acc
@@ -343,9 +348,9 @@ def _lanes_backward(cfg, geom, feats, ids, tiles: Tiles, cot, behind0):
 
     first = queued(jnp.arange(w))
     init = (jnp.int32(w), first, chunks.at[first].get(mode="fill", fill_value=0), lane_start(first),
-            rule.gradient_rows(n, ch), _no_count())
+            rule.gradient_rows(n, ch).reshape(-1), _no_count())  # component-major (`array_ops.component_sums`)
     *_, acc, count = jax.lax.while_loop(lambda c: jnp.any(c[1] < t), body, init)
-    return rule.split_rows(acc, ch), count
+    return rule.split_rows(acc.reshape(-1, n).T, ch), count
 
 
 def backward_walk(cfg, geom, feats, ids, tiles: Tiles, cot, behind0):

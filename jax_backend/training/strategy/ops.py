@@ -47,8 +47,15 @@ def zero_moments(tx, opt_state, mask, names=None):
 
 
 def gather_rows(tree, src):
-    """Every leaf of a per-Gaussian tree (e.g. `Gaussians.params`): row i becomes row src[i]."""
-    return jax.tree_util.tree_map(lambda x: x[src], tree)
+    """Every leaf of a per-Gaussian tree (e.g. `Gaussians.params`): row i becomes row src[i]
+    (a leaf of several values a Gaussian by `array_ops.component_rows`: no TPU row padding)."""
+    def rows(x):
+        if x.ndim < 2:
+            return x[src]
+        n = x.shape[0]
+        return array_ops.component_rows(x.reshape(n, -1).T, src).T.reshape(src.shape + x.shape[1:])
+
+    return jax.tree_util.tree_map(rows, tree)
 
 
 def select_rows(mask, new_tree, old_tree):
