@@ -181,13 +181,3 @@ def component_rows(a, gid):
     c, n = a.shape
     at = jnp.where(gid < n, gid, c * n)[None] + n * jnp.arange(c, dtype=gid.dtype).reshape((c,) + (1,) * gid.ndim)
     return a.reshape(-1).at[at].get(mode="fill", fill_value=0)
-
-
-def component_sums(acc, gid, rows):
-    """Per-Gaussian sums held component-major, flat: `acc` [C x N] with `rows` [T, C] added at
-    Gaussian ids `gid` [T] (N: dropped), one scatter of T x C values (not of T rows of C, which a
-    TPU pads to 128 lanes as `component_rows` says)."""
-    c = rows.shape[-1]
-    n = acc.shape[0] // c
-    at = jnp.where(gid < n, gid, c * n)[:, None] + n * jnp.arange(c, dtype=gid.dtype)[None, :]
-    return acc.at[at.reshape(-1)].add(rows.reshape(-1), mode="drop")
