@@ -181,3 +181,23 @@ def component_rows(a, gid):
     c, n = a.shape
     at = jnp.where(gid < n, gid, c * n)[None] + n * jnp.arange(c, dtype=gid.dtype).reshape((c,) + (1,) * gid.ndim)
     return a.reshape(-1).at[at].get(mode="fill", fill_value=0)
+
+
+def component_sums(acc, gid, rows):
+    """Per-Gaussian sums held component-major, flat: `acc` [C x N] with `rows` [T, C] added at
+    Gaussian ids `gid` [T] (N or more: dropped). Held as [N, C] rows, a TPU pads the sums to 128
+    lanes (`component_rows`); one 1-D scatter-add of T x C values with repeated ids is compiled
+    around a hidden sort for TPU. So the T rows are put in order of their ids first (ranks counted
+    over the T x T pairs, ties by position: T is a step's lanes, tens) and the scatter is told its
+    indices are sorted; the dropped rows add zeros to the last Gaussian."""
+    t, c = rows.shape
+    n = acc.shape[0] // c
+    valid = gid < n
+    key = jnp.where(valid, gid, n - 1)
+    pos = jnp.arange(t, dtype=gid.dtype)
+    before = (key[None, :] < key[:, None]) | ((key[None, :] == key[:, None]) & (pos[None, :] < pos[:, None]))
+    rank = jnp.sum(before, axis=1, dtype=gid.dtype)  # a permutation of 0..T-1
+    key = jnp.zeros_like(key).at[rank].set(key, unique_indices=True)
+    rows = jnp.zeros_like(rows).at[rank].set(jnp.where(valid[:, None], rows, 0.0), unique_indices=True)
+    at = key[None, :] + n * jnp.arange(c, dtype=gid.dtype)[:, None]  # [C, T], ascending in C-major order
+    return acc.at[at.reshape(-1)].add(rows.T.reshape(-1), indices_are_sorted=True, mode="promise_in_bounds")

@@ -288,6 +288,30 @@ def test_radix_sort_is_the_stable_argsort():
         np.testing.assert_array_equal(np.asarray(radix_sort(k, bits, values=v)[1]), v[expected])
 
 
+def test_component_sums_add_rows_with_repeated_and_dropped_ids():
+    """`array_ops.component_sums` (the lanes walk's per-Gaussian sums, component-major) adds each
+    row at its id, ids repeated (the same Gaussian in several lanes) and past the end dropped, as
+    a float64 loop does; its scatter is told its indices are sorted (for TPU, a scatter-add with
+    repeated ids is otherwise compiled around a sort: the slow suite's compile test checks none)."""
+    from jax_backend.array_ops import component_sums
+
+    rng = np.random.default_rng(1)
+    n, c = 40, 11
+    for t in (1, 7, 64):
+        gid = rng.integers(0, n + 6, t).astype(np.int32)
+        gid[: t // 3] = gid[t // 3: 2 * (t // 3)]  # repeats
+        rows = rng.normal(size=(t, c)).astype(np.float32)
+        acc = rng.normal(size=c * n).astype(np.float32)
+        out = np.asarray(jax.jit(component_sums)(acc, gid, rows)).reshape(c, n).T
+        expected = acc.reshape(c, n).T.astype(np.float64)
+        for g, r in zip(gid, rows):
+            if g < n:
+                expected[g] += r
+        np.testing.assert_allclose(out, expected, rtol=0, atol=1e-5)
+    text = jax.jit(component_sums).trace(acc, gid, rows).lower(lowering_platforms=("tpu",)).as_text()
+    assert "indices_are_sorted = true" in text
+
+
 def test_sort_by_tile_keeps_the_depth_order(sort_policy):
     """Slots laid out in depth order, sorted by tile: the (tile, depth rank) order, for 32-bit keys
     and for scenes too large for them ((tile, rank) pairs as 64-bit keys), on either policy."""

@@ -262,10 +262,12 @@ def flat_forward(cfg, geom, feats, ids, tiles: Tiles):
 
 # -- the backward walks
 
-def _scatter_rows(rule, B, acc, geom, feats, ids, start, length, k, px, cot, st, flat: bool = False):
+def _scatter_rows(rule, B, acc, geom, feats, ids, start, length, k, px, cot, st):
     """One chunk of the back-to-front walk (positions of chunk `k`, scalar or per tile): the
-    tiles' back states in front of it and the per-Gaussian sums [N, C] with its rows added
-    (`flat`: the chunk gathered by `array_ops.component_rows`, the lanes walk)."""
+    tiles' back states in front of it and the per-Gaussian sums with its rows added (`acc`
+    [N, C], or flat [C x N]: the lanes walk, gathering by `array_ops.component_rows` and summing
+    by `array_ops.component_sums`)."""
+    flat = acc.ndim == 1
     gid, steps = _gather_chunk(k, B, geom, feats, ids, start, length, flat)
 
     def step(carry, x):
@@ -276,7 +278,7 @@ def _scatter_rows(rule, B, acc, geom, feats, ids, start, length, k, px, cot, st,
         # rows per step, not one of B x T per chunk (for TPU, XLA compiles a scatter-add of
         # 24,576 rows with repeated ids around a hidden sort, 10 s to generate; of 768, none)
         rows = jnp.concatenate(sum_pixels(grads), -1)
-        return (s, acc.at[gid_at].add(rows, mode="drop")), None
+        return (s, array_ops.component_sums(acc, gid_at, rows) if flat else acc.at[gid_at].add(rows, mode="drop")), None
 
     (st, acc), _ = jax.lax.scan(step, (st, acc), (steps, gid.T), reverse=True)
     return st, acc
@@ -337,7 +339,7 @@ def _lanes_backward(cfg, geom, feats, ids, tiles: Tiles, cot, behind0):
         k = k - active
         start, ln = tiles.start.at[tile].get(mode="fill", fill_value=0), length.at[tile].get(mode="fill", fill_value=0)
         px = Pixels(*(a.at[tile].get(mode="fill", fill_value=0.0) for a in tiles.px))
-        st, acc = _scatter_rows(rule, B, acc, geom, feats, ids, start, ln, k, px, _rows(cot, tile), st, flat=True)
+        st, acc = _scatter_rows(rule, B, acc, geom, feats, ids, start, ln, k, px, _rows(cot, tile), st)
         finished = active & (k == 0)
         tile = jnp.where(finished, queued(head + jnp.cumsum(finished) - 1), tile)
         st = _lanes_where(finished, lane_start(tile), st)
@@ -347,9 +349,9 @@ def _lanes_backward(cfg, geom, feats, ids, tiles: Tiles, cot, behind0):
 
     first = queued(jnp.arange(w))
     init = (jnp.int32(w), first, chunks.at[first].get(mode="fill", fill_value=0), lane_start(first),
-            rule.gradient_rows(n, ch), _no_count())  # rows: a 1-D scatter of T x C values compiles to a sort for v6e
+            rule.gradient_rows(n, ch).reshape(-1), _no_count())  # component-major (`array_ops.component_sums`)
     *_, acc, count = jax.lax.while_loop(lambda c: jnp.any(c[1] < t), body, init)
-    return rule.split_rows(acc, ch), count
+    return rule.split_rows(acc.reshape(-1, n).T, ch), count
 
 
 def backward_walk(cfg, geom, feats, ids, tiles: Tiles, cot, behind0):
