@@ -14,13 +14,14 @@ from nerfstudio.engine.optimizers import AdamOptimizerConfig
 from nerfstudio.engine.schedulers import ExponentialDecaySchedulerConfig
 from nerfstudio.plugins.types import MethodSpecification
 
-from .hooks import install_excepthook
+from .hooks import install_excepthook, install_progress_lines
 from .model import Jax2DGSModelConfig, JaxGSModelConfig
 from .pipeline import JaxGSPipelineConfig
 from .trainer import JaxGSTrainerConfig
 
 
 install_excepthook()  # every ns-* command imports this module: a missing --load-config is one line too
+install_progress_lines()
 
 
 def _adam(lr, scheduler=None):

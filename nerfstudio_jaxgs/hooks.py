@@ -12,6 +12,9 @@ At the import of the method config (`config.py`: every ns-* command imports it, 
   printed as one line (`jax-gs: error: ...`, the wording in `errors.one_line`); anything else, and
   every error of another method's run (splatfacto's, nerfacto's), goes to the hook that was there
   before. Installed at import so that a bad `--load-config` of a jax-gs run is one line too.
+- jax-gs's progress (`install_progress_lines`): the `logging` records of `jax_backend` and
+  `nerfstudio_jaxgs`, INFO and up, printed as `[jax-gs] ...` lines on stdout (no other logger is
+  touched; an application that gave those two loggers handlers of its own keeps them).
 
 When a jax-gs pipeline is built (`install_pipeline_hooks`, from `JaxGSPipeline.__init__`: ns-train,
 ns-viewer, ns-export, ns-eval and ns-render of a jax-gs config; never for another method):
@@ -66,10 +69,13 @@ While the pipeline is built (`no_prompts`, a context manager: undone afterwards)
 from __future__ import annotations
 
 import contextlib
+import logging
 import re
 import sys
 
 from .errors import InputError, one_line
+
+log = logging.getLogger(__name__)
 
 _MARK = "_jaxgs"  # set on every function jax-gs installed, so installing again changes nothing
 
@@ -118,6 +124,32 @@ def jaxgs_run(argv=None) -> bool:
                 pass
         return any(part in methods for part in config.parts)  # outputs/SCENE/METHOD/TIMESTAMP/config.yml
     return False
+
+
+class _ProgressLines(logging.StreamHandler):
+    """`[jax-gs] message` lines on the stdout of the moment (so a captured stdout gets them too)."""
+
+    def __init__(self):
+        super().__init__()
+        self.setFormatter(logging.Formatter("[jax-gs] %(message)s"))
+
+    @property
+    def stream(self):
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, _):
+        pass
+
+
+def install_progress_lines() -> None:
+    """jax-gs's progress records printed (see the module docstring)."""
+    for name in ("jax_backend", "nerfstudio_jaxgs"):
+        logger = logging.getLogger(name)
+        if not logger.handlers:
+            logger.addHandler(_ProgressLines())
+            logger.setLevel(logging.INFO)
+            logger.propagate = False
 
 
 def install_excepthook() -> None:
@@ -171,8 +203,8 @@ def install_mesh_export() -> None:
     def export_textured_mesh(mesh, pipeline, output_dir, *args, **kwargs):
         if not _is_jaxgs(pipeline):
             return textured(mesh, pipeline, output_dir, *args, **kwargs)
-        print(f"[jax-gs] {output_dir}/tsdf_mesh.ply keeps the TSDF's vertex colours: NeRF texturing "
-              "(--texture-method nerf) renders ray bundles, which a splat model does not draw")
+        log.info(f"{output_dir}/tsdf_mesh.ply keeps the TSDF's vertex colours: NeRF texturing "
+                 "(--texture-method nerf) renders ray bundles, which a splat model does not draw")
 
     tsdf.render_trajectory = _mark(render_trajectory)
     texture.export_textured_mesh = _mark(export_textured_mesh)
@@ -201,6 +233,7 @@ def install_pipeline_hooks() -> None:
 
     _run["jaxgs"] = True
     install_excepthook()
+    install_progress_lines()
     skip_absent_accelerators()  # first: nothing below may start a JAX backend before these
     share_gpu_memory()
     enable_compilation_cache()

@@ -5,6 +5,7 @@ ns-export) gives them too. Its means/scales/quats/opacities/shs are torch views 
 through DLPack. No math here: rendering and training are `jax_backend`'s."""
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from .bridge import to_torch
 from .cameras import camera_model, camera_model_problem, cameras_to_opencv
 from .errors import InputError
 from .render_places import RenderPlaces
+
+log = logging.getLogger(__name__)
 
 NO_TORCH_LOSS = ("jax-gs computes its loss and metrics inside the compiled training block "
                  "(jax_backend.training.step), not from torch outputs: nerfstudio's per-batch loss path "
@@ -198,7 +201,7 @@ class JaxGSModel(SplatfactoModel):
 
             return LearnedPerceptualImagePatchSimilarity(normalize=True)
         except Exception as e:  # offline: no weights
-            print(f"[jax-gs] LPIPS skipped: its pretrained weights are not available ({type(e).__name__})")
+            log.warning(f"LPIPS skipped: its pretrained weights are not available ({type(e).__name__})")
             return None
 
     def publish(self, gaussians, trained_steps: int, pose_deltas=None) -> None:

@@ -5,6 +5,7 @@ nerfstudio's datamanager, eval and viewer code paths stay as they are."""
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Dict, Type
@@ -21,6 +22,8 @@ from .errors import InputError, user_errors
 from .hooks import cache_images, install_pipeline_hooks, no_prompts, training_views
 from .model import NO_TORCH_LOSS
 from .settings import check_datamanager
+
+log = logging.getLogger(__name__)
 
 
 def build_engine(model, dataset, scene_extent: float, max_steps: int, optimizers=None, camera_model: str = "pinhole",
@@ -50,17 +53,17 @@ def build_engine(model, dataset, scene_extent: float, max_steps: int, optimizers
         why = ("--pipeline.datamanager.cache-images cpu" if images == "host" else
                f"{engine.images_why}: --pipeline.model.device-memory-gb")
         rows = engine.images.rows(c.steps_per_block)
-        print(f"[jax-gs] the {dataset.num_views} training images ({dataset.image_bytes / 2**30:.2f} GiB) stay in host "
-              f"memory ({why}); each block's views ({rows} images at most, "
-              f"{rows * dataset.image_bytes / dataset.num_views / 2**20:.0f} MiB) are copied to the device while the "
-              f"block before trains")
+        log.info(f"the {dataset.num_views} training images ({dataset.image_bytes / 2**30:.2f} GiB) stay in host "
+                 f"memory ({why}); each block's views ({rows} images at most, "
+                 f"{rows * dataset.image_bytes / dataset.num_views / 2**20:.0f} MiB) are copied to the device while the "
+                 f"block before trains")
     if engine.views_per_step > 1:
         hosts = f"{engine.layout.processes} process(es) x " if engine.layout.processes > 1 else ""
-        print(f"[jax-gs] data parallel: {hosts}{engine.layout.replicas} device(s) x {c.views_per_device} view(s) "
-              f"per step")
+        log.info(f"data parallel: {hosts}{engine.layout.replicas} device(s) x {c.views_per_device} view(s) "
+                 f"per step")
     if engine.layout.tile_devices > 1:
-        print(f"[jax-gs] each view's tiles dealt over {engine.layout.tile_devices} "
-              f"{jax.default_backend().upper()} devices")
+        log.info(f"each view's tiles dealt over {engine.layout.tile_devices} "
+                 f"{jax.default_backend().upper()} devices")
     if resume is not None:
         checkpoint.resume(engine, resume)
     return engine
@@ -117,8 +120,8 @@ class JaxGSPipeline(VanillaPipeline):
         gaussians = gaussians_from_ply(self.model.config, outputs.dataparser_transform.numpy(),
                                        outputs.dataparser_scale)
         self.model.publish(gaussians, 0)
-        print(f"[jax-gs] starting from {int(gaussians.alive.sum())} Gaussians of {self.model.config.init_ply} "
-              f"({self.model.config.init_ply_frame} frame)")
+        log.info(f"starting from {int(gaussians.alive.sum())} Gaussians of {self.model.config.init_ply} "
+                 f"({self.model.config.init_ply_frame} frame)")
 
     def _check_host_memory(self) -> None:
         """Before nerfstudio caches any image: they fit in this host's memory (each of several
@@ -137,9 +140,9 @@ class JaxGSPipeline(VanillaPipeline):
             if dm.eval_dataset is not None and len(dm.eval_dataset):
                 check_views(dm.eval_dataset, "evaluation")
         if training and not (dm.eval_dataset is not None and len(dm.eval_dataset)):
-            print(f"[jax-gs] the scene's {len(dm.train_dataset)} images all train: no evaluation views, so the run "
-                  f"skips evaluation (ns-eval has nothing to measure; the dataparser's --eval-mode and its "
-                  f"train-split settings choose the views held out)")
+            log.info(f"the scene's {len(dm.train_dataset)} images all train: no evaluation views, so the run "
+                     f"skips evaluation (ns-eval has nothing to measure; the dataparser's --eval-mode and its "
+                     f"train-split settings choose the views held out)")
 
     def get_average_eval_image_metrics(self, *args, **kwargs):
         """nerfstudio's (ns-eval), after checking there are evaluation views and their images read."""
@@ -166,8 +169,8 @@ class JaxGSPipeline(VanillaPipeline):
         mine, share = np.arange(len(full)), None
         if jax.process_count() > 1:  # several processes: each reads and trains on its share of the views
             mine = host_views(len(full))
-            print(f"[jax-gs] process {jax.process_index()} of {jax.process_count()}: training on {len(mine)} of "
-                  f"{len(full)} views")
+            log.info(f"process {jax.process_index()} of {jax.process_count()}: training on {len(mine)} of "
+                     f"{len(full)} views")
             share = ViewShare(full, mine)
         with training_views(dm, share) as views:
             with user_errors("reading the training images"):
@@ -186,14 +189,14 @@ class JaxGSPipeline(VanillaPipeline):
         dm.__dict__.pop("cached_train", None)
         viewmats = viewmats[mine]
         data = make_dataset(images, viewmats, Ks, masks, distortions, on_device=False, release=True)
-        print(f"[jax-gs] {data.num_views} training images of up to {data.width}x{data.height} read: "
-              f"{data.image_bytes / 2**30:.2f} GiB of host memory")
+        log.info(f"{data.num_views} training images of up to {data.width}x{data.height} read: "
+                 f"{data.image_bytes / 2**30:.2f} GiB of host memory")
         # nerfstudio's cache (which it reads for its rays per batch) as views of that one host copy
         dm.__dict__["cached_train"] = [{"image": torch.from_numpy(data.images[i, :h, :w])}
                                        for i, (h, w) in enumerate(sizes)]
         if model == "fisheye":
-            print(f"[jax-gs] training the {len(sizes)} fisheye views as fisheyes, on their whole frames "
-                  f"(--pipeline.model.fisheye native)")
+            log.info(f"training the {len(sizes)} fisheye views as fisheyes, on their whole frames "
+                     f"(--pipeline.model.fisheye native)")
         self.engine = build_engine(self.model, data, extent, max_steps, optimizers, model, self.resume_from, dm.config)
         self.resume_from = None  # in the engine now
         self._publish()

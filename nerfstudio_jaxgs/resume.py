@@ -5,6 +5,7 @@ at once, writing nothing more), and that command."""
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import re
 import shlex
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Optional
 
 from .errors import InputError
+
+log = logging.getLogger(__name__)
 
 _CHECKPOINT = re.compile(r"^step-(\d+)\.ckpt$")
 
@@ -32,7 +35,7 @@ def resolve_load_dir(load_dir: Path, load_step: Optional[int]):
         raise InputError(f"--load-dir {load_dir} " + ("is a file, not a folder" if load_dir.exists() else "does not exist"))
     steps = checkpoint_steps(load_dir)
     if not steps and (load_dir / "nerfstudio_models").is_dir() and checkpoint_steps(load_dir / "nerfstudio_models"):
-        print(f"[jax-gs] --load-dir {load_dir} is a run folder: loading from its nerfstudio_models/")
+        log.info(f"--load-dir {load_dir} is a run folder: loading from its nerfstudio_models/")
         load_dir = load_dir / "nerfstudio_models"
         steps = checkpoint_steps(load_dir)
     if not steps:

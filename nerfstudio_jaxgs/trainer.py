@@ -5,6 +5,7 @@ a run (Ctrl-C, SIGTERM, --load-dir, the resume command) are `resume.py`'s."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 import time
 import dataclasses
@@ -25,6 +26,8 @@ from jax_backend.training.schedule import crossed  # light: no JAX import at con
 from .errors import InputError
 from .resume import SIGNALS, Interrupts, resolve_load_dir, resume_command, say_last
 from .viewer import LiveView
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -170,8 +173,8 @@ class JaxGSTrainer(Trainer):
         snapshots = self.pipeline.make_snapshots(self.base_dir / "snapshots") if main else None
         try:
             with Interrupts() as interrupts:
-                print(f"[jax-gs] training steps {done + 1}-{end} in blocks of {block} (Ctrl-C stops after the block "
-                      f"under way and saves a checkpoint)", flush=True)
+                log.info(f"training steps {done + 1}-{end} in blocks of {block} (Ctrl-C stops after the block "
+                         f"under way and saves a checkpoint)")
                 done = self._train_blocks(done, end, block, snapshots, interrupts)
                 if interrupts.signal is not None and done < end:
                     self._stop_saving(interrupts.signal, done, end)  # raises SystemExit
@@ -241,7 +244,7 @@ class JaxGSTrainer(Trainer):
             dt = time.perf_counter() - t0
             before, done = done, done + n
             if before == self._start_step:  # the first block of this command: compiled (or loaded from the cache)
-                print(f"[jax-gs] first block (steps {before + 1}-{done}) done in {dt:.1f} s", flush=True)
+                log.info(f"first block (steps {before + 1}-{done}) done in {dt:.1f} s")
             self.step = step = done - 1  # nerfstudio's step: index of the last iteration run
             for s in range(before, done):  # per-step time for the progress table and the viewer
                 writer.put_time(name=EventName.ITER_TRAIN_TIME, duration=dt / n, step=s, avg_over_steps=True)

@@ -9,6 +9,9 @@ So on connect, the client's view is rendered small; when (almost) nothing covers
 is put where clicking the first training camera's frustum would put it."""
 from __future__ import annotations
 
+import logging
+
+log = logging.getLogger(__name__)
 EMPTY_COVERAGE = 0.02  # mean accumulated alpha below which a view "sees nothing"
 
 
@@ -40,7 +43,7 @@ def watch_first_views(viewer) -> None:
             if sees_the_scene(viewer.pipeline.model, camera):
                 return
         except Exception as e:  # the view could not be checked: leave the camera where it is
-            print(f"[jax-gs] viewer: first-view check skipped ({type(e).__name__}: {e})")
+            log.warning(f"viewer: first-view check skipped ({type(e).__name__}: {e})")
             return
         with client.atomic():  # as nerfstudio's own click on a camera frustum does
             client.camera.position = first.position

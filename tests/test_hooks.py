@@ -182,3 +182,17 @@ def test_no_plugin_module_swaps_nerfstudios_datasets():
         swaps = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Assign)
                  for t in n.targets if isinstance(t, ast.Attribute) and t.attr in ("train_dataset", "eval_dataset")]
         assert not swaps or p.name == "hooks.py", (p.name, swaps)
+
+
+def test_progress_lines_print_info_and_up_once(capsys):
+    """jax-gs's logging records print as `[jax-gs] ...` lines on stdout, INFO and up, once however
+    often the hook is installed."""
+    import logging
+
+    hooks.install_progress_lines()
+    hooks.install_progress_lines()
+    logging.getLogger("nerfstudio_jaxgs.pipeline").info("read %d images", 3)
+    logging.getLogger("jax_backend.files.compile_cache").warning("cache off")
+    logging.getLogger("jax_backend.training").debug("not shown")
+    assert capsys.readouterr().out == "[jax-gs] read 3 images\n[jax-gs] cache off\n"
+    assert len(logging.getLogger("jax_backend").handlers) == 1

@@ -80,6 +80,30 @@ def test_same_bytes_as_nerfstudio_exporter(tmp_path, monkeypatch, sh_degree):
         assert len(b_o) == len(b_t)
 
 
+@pytest.mark.parametrize("form", ["ascii", "big-endian doubles", "with faces"])
+def test_other_tools_ply_forms_read_the_same(tmp_path, form):
+    """A splat PLY written by other tools (ASCII, big-endian, float64 properties, a face element after
+    the vertices) reads as the same Gaussians as ours."""
+    from plyfile import PlyData, PlyElement
+
+    p = _params(k=4)
+    p["opacities"][:] = 1.0
+    write_ply(tmp_path / "a.ply", p)
+    v = PlyData.read(str(tmp_path / "a.ply"))["vertex"].data
+    big = form == "big-endian doubles"
+    if big:
+        v = v.astype([(name, ">f8") for name in v.dtype.names])
+    elements = [PlyElement.describe(v, "vertex")]
+    if form == "with faces":
+        faces = np.array([([0, 1, 2],)], dtype=[("vertex_indices", "i4", (3,))])
+        elements.append(PlyElement.describe(faces, "face"))
+    PlyData(elements, text=form == "ascii", byte_order=">" if big else "<").write(str(tmp_path / "b.ply"))
+    q = read_ply(tmp_path / "b.ply")
+    for k in p:
+        assert q[k].dtype == np.float32
+        np.testing.assert_allclose(q[k], p[k], rtol=1e-6, atol=1e-6, err_msg=k)
+
+
 def test_truncated_and_foreign_files_give_clear_errors(tmp_path):
     p = _params()
     p["opacities"][:] = 1.0

@@ -9,9 +9,12 @@ entry is never used; the folder is bounded (least recently used entries go first
 safely by concurrent processes (JAX locks it). A corrupt entry only costs a recompile."""
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Optional
+
+log = logging.getLogger(__name__)
 
 ENV = "JAXGS_COMPILATION_CACHE"
 MAX_BYTES = 4 << 30  # the folder's bound
@@ -41,7 +44,7 @@ def enable_compilation_cache(folder=None) -> Optional[Path]:
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        print(f"[jax-gs] compilation cache off: cannot use {folder} ({e.strerror or e})")
+        log.warning(f"compilation cache off: cannot use {folder} ({e.strerror or e})")
         return None
     jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECS)

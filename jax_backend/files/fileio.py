@@ -1,5 +1,5 @@
 """Atomic file writes (a temporary file, fsync, rename: a kill mid-write leaves the previous file
-intact), the clean-up of temporary files a killed writer left, a minimal PNG encoder, and a
+intact), the clean-up of temporary files a killed writer left, PNG contents (by Pillow), and a
 background writer thread.
 
 A write that runs out of space (ENOSPC, or a quota's EDQUOT) raises `DiskFullError`: one line
@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import queue
 import re
 import shutil
 import stat
-import struct
 import tempfile
 import threading
-import zlib
 from pathlib import Path
 
 import numpy as np
+import PIL.Image
 
 from ..errors import UserFacingError
 
@@ -159,20 +159,15 @@ def remove_stale_temps(folder, name_glob: str = "*") -> list:
 
 
 def png_bytes(image) -> bytes:
-    """[H, W, 3] uint8 (or float in [0, 1]) -> PNG file contents."""
+    """[H, W, 3|4] uint8 (or float in [0, 1]) -> PNG file contents (Pillow's encoder)."""
     im = np.asarray(image)
     if im.dtype != np.uint8:
         im = (np.clip(im, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
     if im.ndim != 3 or im.shape[2] not in (3, 4):
         raise ValueError(f"PNG image must be [H,W,3|4], got {im.shape}")
-    h, w, c = im.shape
-    raw = b"".join(b"\x00" + im[y].tobytes() for y in range(h))
-
-    def chunk(kind, data):
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
-    header = struct.pack(">IIBBBBB", w, h, 8, 6 if c == 4 else 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b"")
+    out = io.BytesIO()
+    PIL.Image.fromarray(np.ascontiguousarray(im), "RGBA" if im.shape[2] == 4 else "RGB").save(out, format="PNG")
+    return out.getvalue()
 
 
 class AsyncWriter:

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+from plyfile import PlyData, PlyElementParseError, PlyHeaderParseError, PlyListProperty, PlyParseError
 
 from ..errors import UserFacingError
 from .fileio import atomic_write
@@ -58,45 +59,42 @@ def write_ply(path, params: dict, alive=None) -> int:
     return rows.shape[0]
 
 
-def read_ply(path) -> dict:
-    """Read a 3DGS PLY (ours, nerfstudio's or the reference code's) into parameter arrays."""
-    path = Path(path)
+REQUIRED = ["x", "y", "z", "f_dc_0", "f_dc_1", "f_dc_2", "opacity", "scale_0", "scale_1", "scale_2",
+            "rot_0", "rot_1", "rot_2", "rot_3"]
+
+
+def _vertices(path: Path):
+    """The vertex element of a PLY file, read by `plyfile` (binary either endianness, or ASCII)."""
     try:
-        data = path.read_bytes()
+        ply = PlyData.read(str(path), mmap=False)
     except OSError as e:
-        raise PlyError(f"{path}: cannot read ({e.strerror})") from None
-    end = data.find(b"end_header\n")
-    if not data.startswith(b"ply\n") or end < 0:
-        raise PlyError(f"{path}: not a PLY file (no 'ply' magic or no end_header)")
-    lines = data[:end].decode("ascii", "replace").splitlines()
-    if "format binary_little_endian 1.0" not in lines:
-        raise PlyError(f"{path}: only binary_little_endian PLY is supported")
-    count, names, in_vertex = None, [], False
-    for line in lines:
-        parts = line.split()
-        if parts[:1] == ["element"]:
-            in_vertex = parts[1] == "vertex"
-            if in_vertex:
-                count = int(parts[2])
-            elif count is not None:
-                raise PlyError(f"{path}: unexpected element '{parts[1]}' after the vertices")
-        elif parts[:1] == ["property"] and in_vertex:
-            if parts[1] != "float":
-                raise PlyError(f"{path}: property {parts[-1]} is '{parts[1]}', expected float (a Gaussian splat PLY?)")
-            names.append(parts[2])
-    if count is None:
+        raise PlyError(f"{path}: cannot read ({e.strerror or e})") from None
+    except PlyHeaderParseError as e:
+        raise PlyError(f"{path}: not a PLY file ({e})") from None
+    except PlyElementParseError as e:
+        what = "truncated" if "end-of-file" in str(e) else "unreadable"
+        raise PlyError(f"{path}: {what}: {e}") from None
+    except (PlyParseError, ValueError, UnicodeDecodeError) as e:
+        raise PlyError(f"{path}: not a readable PLY file ({e})") from None
+    if "vertex" not in ply:
         raise PlyError(f"{path}: no vertex element")
-    required = ["x", "y", "z", "f_dc_0", "f_dc_1", "f_dc_2", "opacity", "scale_0", "scale_1", "scale_2",
-                "rot_0", "rot_1", "rot_2", "rot_3"]
-    missing = [r for r in required if r not in names]
+    return ply["vertex"]
+
+
+def read_ply(path) -> dict:
+    """Read a 3DGS PLY (ours, nerfstudio's, the reference code's or any tool's: binary or ASCII,
+    float or double properties, other elements ignored) into float32 parameter arrays."""
+    path = Path(path)
+    vertex = _vertices(path)
+    names = [prop.name for prop in vertex.properties]
+    missing = [r for r in REQUIRED if r not in names]
     if missing:
         raise PlyError(f"{path}: not a Gaussian splat PLY, missing properties {missing}")
-    body = data[end + len(b"end_header\n"):]
-    need = count * 4 * len(names)
-    if len(body) < need:
-        raise PlyError(f"{path}: truncated: {len(body)} bytes of vertex data, {need} expected for {count} vertices")
-    rows = np.frombuffer(body[:need], "<f4").reshape(count, len(names))
-    col = {n: rows[:, i] for i, n in enumerate(names)}
+    lists = [prop.name for prop in vertex.properties if isinstance(prop, PlyListProperty)]
+    if lists:
+        raise PlyError(f"{path}: vertex properties {lists} are lists, expected numbers (a Gaussian splat PLY?)")
+    count = vertex.count
+    col = {n: np.asarray(vertex[n], np.float32) for n in names}
     rest = sorted((n for n in names if n.startswith("f_rest_")), key=lambda n: int(n[7:]))
     if len(rest) % 3 or (len(rest) // 3 + 1) not in (1, 4, 9, 16):
         raise PlyError(f"{path}: {len(rest)} f_rest properties is not a valid SH layout")
