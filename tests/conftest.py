@@ -39,6 +39,21 @@ def pytest_xdist_auto_num_workers(config):
 import pytest  # noqa: E402
 
 
+def pytest_runtest_setup(item):
+    """`@pytest.mark.devices(n)`: the test needs n JAX devices, and fails (never skips) without them:
+    an XLA_FLAGS that sets fewer CPU devices than this file's 4 would otherwise pass it unrun."""
+    mark = item.get_closest_marker("devices")
+    if mark is None:
+        return
+    import jax
+
+    have = len(jax.local_devices())
+    if have < mark.args[0]:
+        pytest.fail(f"needs {mark.args[0]} JAX devices, this process has {have} (XLA_FLAGS="
+                    f"{os.environ.get('XLA_FLAGS', '')!r}; tests/conftest.py sets 4 CPU devices unless it names a count)",
+                    pytrace=False)
+
+
 @pytest.fixture
 def built_for_tpu(monkeypatch):
     """Programs traced inside the test compute as a TPU program does where the computation is chosen

@@ -22,8 +22,7 @@ def _c2w(viewmat):
 
 @pytest.mark.parametrize("mode", ["SO3xR3", "SE3"])
 def test_corrections_are_nerfstudios(mode):
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("nerfstudio")
+    import torch
     from nerfstudio.cameras.lie_groups import exp_map_SE3, exp_map_SO3xR3
 
     rng = np.random.default_rng(0)
@@ -44,8 +43,7 @@ def test_corrections_are_nerfstudios(mode):
 def test_learning_rate_follows_nerfstudios_schedule():
     """splatfacto's camera_opt group (1e-4, warm-up 1000 steps from 0, cosine ramp, to 5e-7 at 30k),
     against nerfstudio's own scheduler (the one schedule of every optimizer group)."""
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("nerfstudio")
+    import torch
     from nerfstudio.engine.schedulers import ExponentialDecaySchedulerConfig
 
     steps = [0, 250, 500, 999, 1000, 15500, 29999, 30000]

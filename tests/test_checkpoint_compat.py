@@ -46,8 +46,7 @@ def test_checkpoint_of_another_configuration_fails_naming_the_entry(scene, tmp_p
 
 
 def test_old_plugin_state_dict_loads_for_viewing_and_for_training(scene):
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("nerfstudio")
+    import torch
     from nerfstudio.data.scene_box import SceneBox
 
     from nerfstudio_jaxgs import checkpoint

@@ -11,9 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-torch = pytest.importorskip("torch")
-pytest.importorskip("nerfstudio")
+import torch
 
 from commands import BIN, FOX, run_command  # noqa: E402
 COMMON = ["--vis", "tensorboard", "--viewer.quit-on-train-completion", "True", "--steps-per-save", "1000",

@@ -7,9 +7,7 @@ import sys
 import numpy as np
 
 import pytest
-
-torch = pytest.importorskip("torch")
-pytest.importorskip("nerfstudio")
+import torch
 
 from nerfstudio.data.dataparsers.blender_dataparser import BlenderDataParserConfig  # noqa: E402
 from nerfstudio.data.dataparsers.colmap_dataparser import ColmapDataParserConfig  # noqa: E402

@@ -56,7 +56,6 @@ def test_an_overwritten_file_keeps_its_mode(tmp_path):
 
 
 def test_the_export_gets_the_umasks_mode(tmp_path, umask):
-    pytest.importorskip("nerfstudio")
     from nerfstudio_jaxgs.export import write_ply_atomic
 
     tensors = {"x": np.arange(3, dtype=np.float32), "red": np.array([1, 2, 3], np.uint8)}

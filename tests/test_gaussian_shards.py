@@ -18,7 +18,7 @@ from jax_backend import (DefaultStrategy, MCMCStrategy, OptimConfig, TrainConfig
                          traced_rasterization)
 from synthetic import known_scene, known_views
 
-pytestmark = pytest.mark.skipif(len(jax.local_devices()) < 4, reason="needs 4 devices (conftest forces 4 CPU ones)")
+pytestmark = pytest.mark.devices(4)
 
 STRATEGIES = {
     "default": lambda: DefaultStrategy(refine_start=0, refine_every=10, reset_every=20, grow_grad2d=0.0005),

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("nerfstudio")
 
 from nerfstudio_jaxgs import hooks  # noqa: E402
 

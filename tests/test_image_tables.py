@@ -55,7 +55,7 @@ def test_a_block_trains_the_views_drawn_ahead_of_it(scene):
     assert (20, 20) in tr.images._tables  # the next block's table was started during this one
 
 
-@pytest.mark.skipif(len(jax.local_devices()) < 2, reason="needs 2 devices (conftest forces 4 CPU ones)")
+@pytest.mark.devices(2)
 @pytest.mark.parametrize("images", ["device", "host"])
 def test_data_parallel_replicas_hold_the_dataset_once(scene, images):
     _, train, _ = scene
@@ -111,7 +111,6 @@ def test_fox_trains_the_same_with_its_images_on_the_host(capsys):
     """Through jax-gs's pipeline (nerfstudio's datamanager): cache-images cpu (which, on a machine
     without CUDA, nerfstudio's own caching cannot pin), and "auto" under a device memory the
     images would crowd, each train as the images on the device do, bit for bit."""
-    pytest.importorskip("nerfstudio")
     runs = {"device": _fox_pipeline(), "cpu": _fox_pipeline(cache_images="cpu"),
             "auto": _fox_pipeline(device_memory_gb=0.004)}  # the fox's 61 images take 0.01 GiB
     rays = {name: p.datamanager.get_train_rays_per_batch() for name, p in runs.items()}  # from nerfstudio's cache

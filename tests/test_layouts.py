@@ -9,7 +9,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("nerfstudio")
 
 from commands import FOX  # noqa: E402
 from test_dataparsers import write_blender_scene, write_colmap_scene, write_downscaled_copies  # noqa: E402

@@ -8,7 +8,6 @@ from types import SimpleNamespace
 
 import pytest
 
-pytest.importorskip("nerfstudio")
 
 from nerfstudio_jaxgs.viewer import MAX_WAIT, LiveView  # noqa: E402
 

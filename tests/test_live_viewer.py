@@ -11,7 +11,6 @@ import subprocess
 import numpy as np
 import pytest
 
-pytest.importorskip("nerfstudio")
 
 from browser import Browser, find_chromium, free_port, shows_a_render, wait_for_port, watch_run  # noqa: E402
 from commands import BIN, FOX, command_env  # noqa: E402

@@ -5,7 +5,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-pytest.importorskip("nerfstudio")
 
 from mistakes import MISTAKES, Outcome, train_once, try_mistake  # noqa: E402
 

@@ -10,7 +10,7 @@ from jax_backend import (GAUSSIANS_3D, DefaultStrategy, MCMCStrategy, OptimConfi
 from jax_backend.training.data import view_bucket
 from synthetic import known_scene
 
-pytestmark = pytest.mark.skipif(len(jax.local_devices()) < 4, reason="needs 4 devices (conftest forces 4 CPU ones)")
+pytestmark = pytest.mark.devices(4)
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,7 @@ import time
 
 import numpy as np
 import pytest
-
-torch = pytest.importorskip("torch")
-pytest.importorskip("nerfstudio")
+import torch
 
 from browser import canvas as _canvas, shows_a_render as _shows_a_render  # noqa: E402
 from commands import BIN, FOX, run_command  # noqa: E402
@@ -387,7 +385,7 @@ def test_nerfstudio_exporter_writes_the_colours_jax_gs_renders(tmp_path, monkeyp
     """`ns-export gaussian-splat` (nerfstudio's own code) on a jax-gs model: the PLY's DC is the
     model's at every SH degree (splatfacto reads a colour logit at degree 0; jax-gs keeps SH
     coefficients), read back with plyfile; in rgb mode the colours are those jax-gs renders."""
-    plyfile = pytest.importorskip("plyfile")
+    import plyfile
     import nerfstudio.scripts.exporter as exporter
     from nerfstudio.data.scene_box import SceneBox
 
@@ -437,7 +435,7 @@ def test_exported_ply_renders_what_the_model_renders(tmp_path, monkeypatch, sh_d
     """`ns-export gaussian-splat` at SH degree 0, 1 and 3, read back by an independent reader
     (plyfile) and drawn by the dense float64 reference renderer, gives the image the model renders
     through `get_outputs` (view-dependent colours included)."""
-    plyfile = pytest.importorskip("plyfile")
+    import plyfile
     import jax.numpy as jnp
     import nerfstudio.scripts.exporter as exporter
     from nerfstudio.cameras.cameras import Cameras

@@ -5,9 +5,7 @@ import subprocess
 
 import numpy as np
 import pytest
-
-torch = pytest.importorskip("torch")
-pytest.importorskip("nerfstudio")
+import torch
 
 from commands import BIN, run_command  # noqa: E402
 

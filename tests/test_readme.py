@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("nerfstudio")
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

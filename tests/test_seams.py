@@ -62,7 +62,6 @@ def test_nerfstudios_per_batch_loss_path_says_it_is_not_used():
     (splatfacto's, inherited) stop with one line saying so instead of running gsplat's code."""
     import pytest
 
-    pytest.importorskip("nerfstudio")
     from nerfstudio_jaxgs.model import JaxGSModel
     from nerfstudio_jaxgs.pipeline import JaxGSPipeline
 

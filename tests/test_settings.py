@@ -6,7 +6,6 @@ import typing
 import numpy as np
 import pytest
 
-pytest.importorskip("nerfstudio")
 
 from nerfstudio.configs.base_config import MachineConfig  # noqa: E402
 from nerfstudio.models.base_model import ModelConfig  # noqa: E402
@@ -123,7 +122,7 @@ def test_optimizers_reach_the_adam_groups():
     opts["means"]["scheduler"].warmup_steps = 100
     means = optim_config(opts).means
     assert means.warmup_steps == 100
-    torch = pytest.importorskip("torch")
+    import torch
     sched = opts["means"]["scheduler"].setup().get_scheduler(torch.optim.Adam([torch.zeros(1, requires_grad=True)],
                                                                               lr=1.6e-4), 1.6e-4)
     steps = [0, 50, 99, 100, 2500, 5000, 6000]

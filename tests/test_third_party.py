@@ -19,7 +19,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("nerfstudio")
 
 from commands import BIN, FOX, run_command  # noqa: E402
 

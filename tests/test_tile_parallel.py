@@ -20,7 +20,7 @@ from jax_backend.rendering.tile_parallel import deal
 from scenes import cameras, hard_scene
 from synthetic import known_scene
 
-pytestmark = pytest.mark.skipif(len(jax.local_devices()) < 3, reason="needs 3 devices (conftest forces 4 CPU ones)")
+pytestmark = pytest.mark.devices(3)
 
 
 def test_deal_gives_every_tile_once_heaviest_spread():
