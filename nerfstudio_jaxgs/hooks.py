@@ -14,7 +14,7 @@ At the import of the method config (`config.py`: every ns-* command imports it, 
   before. Installed at import so that a bad `--load-config` of a jax-gs run is one line too.
 - jax-gs's progress (`install_progress_lines`): the `logging` records of `jax_backend` and
   `nerfstudio_jaxgs`, INFO and up, printed as `[jax-gs] ...` lines on stdout (no other logger is
-  touched; an application that gave those two loggers handlers of its own keeps them).
+  touched; `logging.getLogger("jax_backend").setLevel(...)` quiets or widens them).
 
 When a jax-gs pipeline is built (`install_pipeline_hooks`, from `JaxGSPipeline.__init__`: ns-train,
 ns-viewer, ns-export, ns-eval and ns-render of a jax-gs config; never for another method):
@@ -60,6 +60,12 @@ manager, from `JaxGSPipeline.ensure_engine`):
 - the datamanager's `train_dataset` is this host's share of the views (`pipeline.ViewShare`), so
   its cache reads and undistorts only those; its own dataset again afterwards, whose cameras then
   take the share's intrinsics after undistortion (as nerfstudio keeps them for the views it caches).
+
+When the engine has read the training images (`take_training_cache`, `share_training_cache`,
+from `JaxGSPipeline.ensure_engine`):
+- nerfstudio's cached training images (its `cached_train`, a cached property) are taken from the
+  datamanager, so that each view is freed as the engine copies it (the images held once), and the
+  cache is then set to views of the engine's host copy (nerfstudio still reads image sizes from it).
 
 While the pipeline is built (`no_prompts`, a context manager: undone afterwards):
 - rich's `Confirm.ask` returns its default, saying so, when stdin is not a terminal (nerfstudio's
@@ -146,7 +152,7 @@ def install_progress_lines() -> None:
     """jax-gs's progress records printed (see the module docstring)."""
     for name in ("jax_backend", "nerfstudio_jaxgs"):
         logger = logging.getLogger(name)
-        if not logger.handlers:
+        if not any(isinstance(h, _ProgressLines) for h in logger.handlers):
             logger.addHandler(_ProgressLines())
             logger.setLevel(logging.INFO)
             logger.propagate = False
@@ -304,6 +310,21 @@ def training_views(datamanager, share=None):
     at = torch.tensor(share.indices)
     for name in ("fx", "fy", "cx", "cy", "width", "height"):
         getattr(full.cameras, name)[at] = getattr(share.cameras, name)
+
+
+def take_training_cache(datamanager) -> list:
+    """nerfstudio's cached training images (read now if not yet), let go by the datamanager: the
+    caller holds the only reference (see the module docstring)."""
+    cached = datamanager.cached_train
+    datamanager.__dict__.pop("cached_train", None)
+    return cached
+
+
+def share_training_cache(datamanager, images) -> None:
+    """nerfstudio's training cache as `images` ([H, W, C] uint8 numpy views of the engine's copy)."""
+    import torch
+
+    datamanager.__dict__["cached_train"] = [{"image": torch.from_numpy(im)} for im in images]
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ from . import checkpoint
 from .cameras import camera_model, cameras_to_opencv, training_camera_model
 from .checks import check_host_memory, check_scene, check_views
 from .errors import InputError, user_errors
-from .hooks import cache_images, install_pipeline_hooks, no_prompts, training_views
+from .hooks import cache_images, install_pipeline_hooks, no_prompts, share_training_cache, take_training_cache, training_views
 from .model import NO_TORCH_LOSS
 from .settings import check_datamanager
 
@@ -174,7 +174,7 @@ class JaxGSPipeline(VanillaPipeline):
             share = ViewShare(full, mine)
         with training_views(dm, share) as views:
             with user_errors("reading the training images"):
-                cached = dm.cached_train  # uint8 images, undistorted unless drawn natively (rewrites their intrinsics)
+                cached = take_training_cache(dm)  # uint8 images, undistorted unless drawn natively (rewrites their intrinsics)
             _, Ks, _, _ = cameras_to_opencv(views.cameras)
             fisheye = self.model.config.fisheye
             model = training_camera_model(views.cameras, fisheye, lambda i: f"training view {i}")
@@ -186,14 +186,11 @@ class JaxGSPipeline(VanillaPipeline):
         masks = [np.asarray(d["mask"].cpu().numpy())[..., 0] for d in cached] if "mask" in cached[0] else None
         sizes = [im.shape[:2] for im in images]
         del cached
-        dm.__dict__.pop("cached_train", None)
         viewmats = viewmats[mine]
         data = make_dataset(images, viewmats, Ks, masks, distortions, on_device=False, release=True)
         log.info(f"{data.num_views} training images of up to {data.width}x{data.height} read: "
                  f"{data.image_bytes / 2**30:.2f} GiB of host memory")
-        # nerfstudio's cache (which it reads for its rays per batch) as views of that one host copy
-        dm.__dict__["cached_train"] = [{"image": torch.from_numpy(data.images[i, :h, :w])}
-                                       for i, (h, w) in enumerate(sizes)]
+        share_training_cache(dm, [data.images[i, :h, :w] for i, (h, w) in enumerate(sizes)])
         if model == "fisheye":
             log.info(f"training the {len(sizes)} fisheye views as fisheyes, on their whole frames "
                      f"(--pipeline.model.fisheye native)")

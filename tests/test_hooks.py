@@ -44,21 +44,39 @@ def test_the_installed_export_writes_nerfstudios_bytes_atomically(tmp_path):
 
 
 def _assignments_to_foreign_attributes(path: Path):
-    """Lines of `path` that assign to an attribute of something the module imported (a class or
-    module of nerfstudio, rich, sys ...)."""
+    """Lines of `path` that change something the module did not make: an assignment to an attribute
+    of something it imported (a class or module of nerfstudio, rich, sys ...), and any write to an
+    object's `__dict__` or through `setattr` (`obj.__dict__[k] = v`, `obj.__dict__.pop(k)`)."""
     tree = ast.parse(path.read_text())
     imported = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)) and not (isinstance(node, ast.ImportFrom) and node.level):
             imported.update((a.asname or a.name).split(".")[0] for a in node.names)
+
+    def through_dict(t):
+        while isinstance(t, (ast.Attribute, ast.Subscript)):
+            if isinstance(t, ast.Attribute) and t.attr == "__dict__":
+                return True
+            t = t.value
+        return False
+
     found = []
     for node in ast.walk(tree):
         targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AugAssign) else []
+        targets += node.targets if isinstance(node, ast.Delete) else []
         for t in targets:
+            if through_dict(t):
+                found.append(node.lineno)
             while isinstance(t, ast.Attribute):
                 t = t.value
                 if isinstance(t, ast.Name) and t.id in imported:
                     found.append(node.lineno)
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Name) and f.id in ("setattr", "delattr"):
+                found.append(node.lineno)
+            if isinstance(f, ast.Attribute) and f.attr in ("pop", "update", "setdefault", "clear") and through_dict(f.value):
+                found.append(node.lineno)
     return found
 
 
@@ -67,6 +85,13 @@ def test_no_other_plugin_module_patches_anything():
                  for lines in [_assignments_to_foreign_attributes(p)] if lines}
     assert not offenders, f"assignments to imported modules' attributes outside hooks.py: {offenders}"
     assert _assignments_to_foreign_attributes(PLUGIN / "hooks.py")  # the check finds hooks.py's own patches
+
+
+def test_the_patch_guard_sees_writes_through_dict_and_setattr(tmp_path):
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f(dm, v):\n    dm.__dict__['cached_train'] = v\n    dm.__dict__.pop('x', None)\n"
+                     "    setattr(dm, 'y', v)\n    dm.z = v\n    own = {}\n    own['k'] = v\n")
+    assert _assignments_to_foreign_attributes(probe) == [2, 3, 4]
 
 
 _ALLOCATOR_CHILD = """
@@ -194,4 +219,4 @@ def test_progress_lines_print_info_and_up_once(capsys):
     logging.getLogger("jax_backend.files.compile_cache").warning("cache off")
     logging.getLogger("jax_backend.training").debug("not shown")
     assert capsys.readouterr().out == "[jax-gs] read 3 images\n[jax-gs] cache off\n"
-    assert len(logging.getLogger("jax_backend").handlers) == 1
+    assert sum(isinstance(h, hooks._ProgressLines) for h in logging.getLogger("jax_backend").handlers) == 1
