@@ -34,7 +34,7 @@ def trained(checkpoint: Path):
     import torch
 
     from jax_backend import Gaussians
-    from nerfstudio_jaxgs.checkpoint import read
+    from nerfstudio_jaxgs.checkpoint_entries import read
 
     state = torch.load(checkpoint, map_location="cpu", weights_only=True)["pipeline"]
     g = read({k[len("_model."):]: v for k, v in state.items() if k.startswith("_model.")}).gaussians

@@ -28,7 +28,7 @@ def main():
     from nerfstudio_jaxgs.trainer import JaxGSTrainer
 
     from .train import build_trainer
-    from jax_backend.training import checkpointing
+    from jax_backend.training import state_arrays
 
     tr = build_trainer(10_000, "flat", a.steps)
     tr.run_block(a.steps)  # compile
@@ -40,7 +40,7 @@ def main():
     print("|---|---|---|---|---|")
     for cap in a.capacities:
         tr.grow_capacity(cap)
-        arrays = checkpointing.state_arrays(tr)
+        arrays = state_arrays.state_arrays(tr)
         pipeline = SimpleNamespace(state_dict=lambda: {f"_model.jaxgs.train{k}": to_torch(v).clone()
                                                        for k, v in arrays.items()})
         with tempfile.TemporaryDirectory() as d:

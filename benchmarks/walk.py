@@ -38,7 +38,7 @@ def trained_gaussians(ckpt: Path):
     """The Gaussians of a jax-gs `ns-train` checkpoint (step-*.ckpt)."""
     import torch
 
-    from nerfstudio_jaxgs.checkpoint import read
+    from nerfstudio_jaxgs.checkpoint_entries import read
 
     sd = torch.load(ckpt, map_location="cpu", weights_only=True)["pipeline"]
     return read({k[len("_model."):]: v for k, v in sd.items() if k.startswith("_model.")}).gaussians

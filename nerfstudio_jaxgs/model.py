@@ -369,18 +369,18 @@ class JaxGSModel(SplatfactoModel):
 
     # ------------------------------------------------------------------ checkpoints (`checkpoint.py`)
     def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False):
-        """The Gaussians shown (`checkpoint.entries`; a training pipeline writes its engine's whole
+        """The Gaussians shown (`checkpoint_entries.entries`; a training pipeline writes its engine's whole
         state instead)."""
-        from .checkpoint import entries
+        from .checkpoint_entries import entries
 
         out = {} if destination is None else destination
         out.update(entries(self, prefix=prefix))
         return out
 
     def load_state_dict(self, state_dict, strict: bool = True, **kwargs):  # type: ignore[override]
-        """Show the Gaussians of a checkpoint's model entries (`checkpoint.read`; resuming a
+        """Show the Gaussians of a checkpoint's model entries (`checkpoint_entries.read`; resuming a
         training state is the pipeline's: `JaxGSPipeline.load_state_dict`)."""
-        from .checkpoint import read
+        from .checkpoint_entries import read
 
         loaded = read(state_dict)
         self.publish(loaded.gaussians, loaded.trained_steps)

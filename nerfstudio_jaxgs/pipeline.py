@@ -15,7 +15,7 @@ import torch
 
 from nerfstudio.pipelines.base_pipeline import VanillaPipeline, VanillaPipelineConfig
 
-from . import checkpoint
+from . import checkpoint_entries
 from .cameras import camera_model, cameras_to_opencv, training_camera_model
 from .checks import check_host_memory, check_scene, check_views
 from .errors import InputError, user_errors
@@ -40,7 +40,7 @@ def build_engine(model, dataset, scene_extent: float, max_steps: int, optimizers
 
     c = model.config
     if resume is not None:  # before any engine is built for a run it cannot resume
-        checkpoint.check_resumable(resume)
+        checkpoint_entries.check_resumable(resume)
     cfg = train_config(c, max_steps=max_steps, num_train_data=model.num_train_data, optimizers=optimizers,
                        data_background=model.data_background, camera_model=camera_model)
     try:  # the capacity grows on the host as density control needs it
@@ -65,7 +65,7 @@ def build_engine(model, dataset, scene_extent: float, max_steps: int, optimizers
         log.info(f"each view's tiles dealt over {engine.layout.tile_devices} "
                  f"{jax.default_backend().upper()} devices")
     if resume is not None:
-        checkpoint.resume(engine, resume)
+        checkpoint_entries.resume(engine, resume)
     return engine
 
 
@@ -206,7 +206,7 @@ class JaxGSPipeline(VanillaPipeline):
 
     # ------------------------------------------------------------------ checkpoints (`checkpoint.py`)
     def state_dict(self, *args, destination=None, prefix: str = "", keep_vars: bool = False):
-        """nerfstudio's, with the model's entries from `checkpoint.entries`: the engine's whole
+        """nerfstudio's, with the model's entries from `checkpoint_entries.entries`: the engine's whole
         training state (Adam's moments, statistics, pose corrections) once training has built it,
         else the Gaussians the model shows."""
         out = OrderedDict() if destination is None else destination
@@ -214,20 +214,20 @@ class JaxGSPipeline(VanillaPipeline):
         for name, child in self.named_children():
             if name != "_model":
                 child.state_dict(destination=out, prefix=f"{prefix}{name}.", keep_vars=keep_vars)
-        out.update(checkpoint.entries(self.model, self.engine, prefix=f"{prefix}_model."))
+        out.update(checkpoint_entries.entries(self.model, self.engine, prefix=f"{prefix}_model."))
         return out
 
     def load_state_dict(self, state_dict, strict=None):
-        """A checkpoint's state (`checkpoint.read`): the model shows its Gaussians, and a training
+        """A checkpoint's state (`checkpoint_entries.read`): the model shows its Gaussians, and a training
         state goes into the engine (now, or when it is built: `ensure_engine`)."""
         model = "_model."
-        loaded = checkpoint.read({k[len(model):]: v for k, v in state_dict.items() if k.startswith(model)})
+        loaded = checkpoint_entries.read({k[len(model):]: v for k, v in state_dict.items() if k.startswith(model)})
         torch.nn.Module.load_state_dict(self, {k: v for k, v in state_dict.items() if not k.startswith(model)},
                                         strict=False)
         self.model.publish(loaded.gaussians, loaded.trained_steps)
         self.resume_from = loaded if loaded.training_state is not None else None
         if self.engine is not None and self.resume_from is not None:
-            checkpoint.resume(self.engine, self.resume_from)
+            checkpoint_entries.resume(self.engine, self.resume_from)
             self.resume_from = None
             self._publish()
 

@@ -8,7 +8,7 @@ import pytest
 
 from jax_backend import CheckpointError, DefaultStrategy, TrainConfig, Trainer, init_random
 
-from jax_backend.training import checkpointing
+from jax_backend.training import state_arrays
 from synthetic import known_scene
 
 DATA = Path(__file__).parent / "data"
@@ -32,7 +32,7 @@ def test_old_trainer_checkpoint_resumes(scene):
     cfg = TrainConfig(max_steps=100, steps_per_block=20, sh_degree=1,
                       strategy=DefaultStrategy(refine_start=10, refine_every=20))
     tr = Trainer(cfg, train, init_random(64, -1, 1, sh_degree=1, capacity=64), scene_extent=1.5)
-    checkpointing.restore(tr, DATA / "old_trainer.npz")
+    state_arrays.restore(tr, DATA / "old_trainer.npz")
     assert tr.step == _assert_gaussians(tr.state.gaussians, DATA / "old_expected.npz") == 40
     metrics, _ = tr.run_block()  # and it trains on from there
     assert tr.step == 60 and np.isfinite(metrics["loss"]).all()
@@ -42,14 +42,14 @@ def test_checkpoint_of_another_configuration_fails_naming_the_entry(scene, tmp_p
     _, train, _ = scene
     tr = Trainer(TrainConfig(sh_degree=2), train, init_random(64, -1, 1, sh_degree=2, capacity=64), scene_extent=1.5)
     with pytest.raises(CheckpointError, match=r"old_trainer.npz: entry .*shN.* has shape"):
-        checkpointing.restore(tr, DATA / "old_trainer.npz")
+        state_arrays.restore(tr, DATA / "old_trainer.npz")
 
 
 def test_old_plugin_state_dict_loads_for_viewing_and_for_training(scene):
     import torch
     from nerfstudio.data.scene_box import SceneBox
 
-    from nerfstudio_jaxgs import checkpoint
+    from nerfstudio_jaxgs import checkpoint_entries
     from nerfstudio_jaxgs.model import JaxGSModelConfig
     from nerfstudio_jaxgs.pipeline import build_engine
 
@@ -68,13 +68,13 @@ def test_old_plugin_state_dict_loads_for_viewing_and_for_training(scene):
 
     _, train, _ = scene
     trainer = model()  # ns-train --load-dir: the engine is built after loading (`JaxGSPipeline.load_state_dict`)
-    loaded = checkpoint.read(state)
+    loaded = checkpoint_entries.read(state)
     trainer.publish(loaded.gaussians, loaded.trained_steps)
     engine = build_engine(trainer, train, 1.5, 100, resume=loaded)
     step = _assert_gaussians(engine.state.gaussians, DATA / "old_model_expected.npz")
     assert engine.step == step == 20
-    # and the state a training pipeline saves now (`checkpoint.entries` of its engine) loads back into the same place
+    # and the state a training pipeline saves now (`checkpoint_entries.entries` of its engine) loads back into the same place
     again = model()
-    engine_again = build_engine(again, train, 1.5, 100, resume=checkpoint.read(checkpoint.entries(again, engine)))
+    engine_again = build_engine(again, train, 1.5, 100, resume=checkpoint_entries.read(checkpoint_entries.entries(again, engine)))
     for a, b in zip(jax.tree_util.tree_leaves(engine_again.state), jax.tree_util.tree_leaves(engine.state)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -265,7 +265,7 @@ def test_camera_optimizer_reaches_the_engine_and_the_viewer(tmp_path):
     from nerfstudio.data.dataparsers.nerfstudio_dataparser import NerfstudioDataParserConfig
 
     from nerfstudio_jaxgs.config import OPTIMIZERS
-    from nerfstudio_jaxgs.checkpoint import PREFIX
+    from nerfstudio_jaxgs.checkpoint_entries import PREFIX
     from nerfstudio_jaxgs.model import JaxGSModelConfig
     from nerfstudio_jaxgs.pipeline import JaxGSPipelineConfig
 

@@ -14,7 +14,7 @@ import pytest
 
 from jax_backend import OptimConfig, TrainConfig, Trainer, init_random, traced_rasterization
 
-from jax_backend.training import checkpointing
+from jax_backend.training import state_arrays
 from jax_backend.layout import cpu_cores, make_layout
 from jax_backend.rendering.tile_parallel import deal
 from scenes import cameras, hard_scene
@@ -93,9 +93,9 @@ def test_training_deals_tiles_on_a_cpu_and_keeps_one_devices_state(tmp_path, mon
     leaf = auto.state.gaussians.params["means"]
     assert len(leaf.devices()) == 1  # what the plugin and checkpoints read: one device's copy
     np.testing.assert_allclose(np.asarray(leaf), np.asarray(one.state.gaussians.params["means"]), atol=1e-4)
-    path = checkpointing.save(auto, tmp_path / "ckpt.npz")
+    path = state_arrays.save(auto, tmp_path / "ckpt.npz")
     again = Trainer(cfg, train, g, scene_extent=1.5, log=lambda m: None)
-    checkpointing.restore(again, path)
+    state_arrays.restore(again, path)
     assert again.step == auto.step
     m1, _ = auto.run_block()
     m2, _ = again.run_block()

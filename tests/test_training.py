@@ -10,7 +10,7 @@ import pytest
 
 from jax_backend import CheckpointError, DefaultStrategy, MCMCStrategy, Snapshots, TrainConfig, Trainer, init_random, read_ply
 
-from jax_backend.training import checkpointing
+from jax_backend.training import state_arrays
 from synthetic import heldout_psnr, known_scene
 
 
@@ -55,9 +55,9 @@ def test_capacity_grows_and_keeps_state(scene):
     tr.run_block()  # every Gaussian is a candidate: needs 256 slots
     assert tr.state.gaussians.capacity == 256 and any("capacity grown 128 -> 256" in m for m in msgs)
     assert int(jnp.sum(tr.state.gaussians.alive)) > 128
-    before = checkpointing.state_arrays(tr)
+    before = state_arrays.state_arrays(tr)
     tr.grow_capacity(512)
-    after = checkpointing.state_arrays(tr)
+    after = state_arrays.state_arrays(tr)
     assert sorted(before) == sorted(after)
     grown = [k for k in before if before[k].shape != after[k].shape]
     # every parameter, the alive mask, both statistics and both Adam moments of every group
@@ -147,10 +147,10 @@ def test_resume_gives_the_same_next_block(scene, tmp_path):
     strategy = DefaultStrategy(refine_start=40, refine_every=50)
     a = _trainer(train, strategy, 256, 300)
     a.run_block()
-    checkpointing.save(a, tmp_path / "ckpt.npz")
+    state_arrays.save(a, tmp_path / "ckpt.npz")
     a.run_block()
     b = _trainer(train, strategy, 256, 300)
-    checkpointing.restore(b, tmp_path / "ckpt.npz")
+    state_arrays.restore(b, tmp_path / "ckpt.npz")
     assert b.step == 50
     b.run_block()
     for x, y in zip(jax.tree_util.tree_leaves(a.state), jax.tree_util.tree_leaves(b.state)):
@@ -160,12 +160,12 @@ def test_resume_gives_the_same_next_block(scene, tmp_path):
 def test_corrupt_checkpoint_gives_a_clear_error(scene, tmp_path):
     _, train, _ = scene
     tr = _trainer(train, DefaultStrategy(), 256, 100)
-    path = checkpointing.save(tr, tmp_path / "ckpt.npz")
+    path = state_arrays.save(tr, tmp_path / "ckpt.npz")
     path.write_bytes(path.read_bytes()[:1000])
     with pytest.raises(CheckpointError, match="ckpt.npz"):
-        checkpointing.restore(tr, path)
+        state_arrays.restore(tr, path)
     with pytest.raises(CheckpointError, match="not found"):
-        checkpointing.restore(tr, tmp_path / "missing.npz")
+        state_arrays.restore(tr, tmp_path / "missing.npz")
 
 
 def test_snapshots_are_written_in_the_background(scene, tmp_path, monkeypatch):

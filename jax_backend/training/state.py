@@ -1,6 +1,6 @@
 """The training state: everything a run carries from step to step. Which of its leaves are
 per-Gaussian, and the operations on their rows, are in `strategy/ops.py`; the state as named
-arrays (checkpoints) in `serialize.py`."""
+arrays (checkpoints) in `state_arrays.py`."""
 from __future__ import annotations
 
 from typing import Any, NamedTuple

@@ -1,6 +1,6 @@
 """The training engine: the `Trainer` dispatches compiled blocks, grows the buffers the device
 says are too small and keeps the state where its `Layout` says. Its other jobs are modules of
-their own: compiling its programs for other devices (`aot`), checkpoints (`checkpointing`),
+their own: compiling its programs for other devices (`aot`), checkpoints (`state_arrays`),
 looking at the state (`evaluation`)."""
 from __future__ import annotations
 

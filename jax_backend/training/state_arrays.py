@@ -1,15 +1,20 @@
-"""A training state as named arrays and back (checkpoints, the plugin's torch state dict): names
-are the key paths in the state, e.g. ".gaussians.params['means']", ".stats['grad2d']", ".step"."""
+"""A training state as named arrays and back, and a trainer's state in a checkpoint file: the
+middle of the three checkpoint layers (below it `files.checkpoint`, the .npz file; above it the
+plugin's `nerfstudio_jaxgs.checkpoint_entries`, nerfstudio's checkpoints). Names are the key paths in the
+state, e.g. ".gaussians.params['means']", ".stats['grad2d']", ".step"."""
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..files.checkpoint import CheckpointError
+from ..files.checkpoint import CheckpointError, read_checkpoint, save_checkpoint
 from .gaussians import PARAM_NAMES, Gaussians
+
+if TYPE_CHECKING:
+    from .trainer import Trainer
 
 
 def named_arrays(tree) -> dict:
@@ -71,3 +76,33 @@ def gaussians_from_arrays(arrays: dict, source="checkpoint") -> Gaussians:
 def capacity_of(arrays: dict, source="checkpoint") -> int:
     """Number of slots of the Gaussians in `named_arrays` output."""
     return int(np.shape(arrays[f"{_gaussians_root(arrays, source)}.alive"])[0])
+
+
+# -- a trainer's state
+
+def state_arrays(trainer: Trainer) -> dict:
+    """The whole training state as {name: numpy array}."""
+    return named_arrays(trainer.state)
+
+
+def load_state_arrays(trainer: Trainer, arrays: dict, source="checkpoint"):
+    """Restore a state saved by `state_arrays` (same configuration and dataset): the capacity grows
+    to the saved one first, the intersection buffer to what the restored Gaussians need. StateError
+    naming `source` when it does not fit."""
+    trainer.grow_capacity(capacity_of(arrays, source))
+    trainer.state = from_named_arrays(trainer.state, arrays, source)
+    trainer.size_buffer_ahead()
+
+
+def save(trainer: Trainer, path, meta: Optional[dict] = None):
+    """One .npz with the whole state (atomic). Returns its path."""
+    info = {"capacity": trainer.capacity, "isect_capacity": trainer.isect_capacity, "step": trainer.step}
+    return save_checkpoint(path, state_arrays(trainer), dict(meta or {}, trainer=info))
+
+
+def restore(trainer: Trainer, path) -> dict:
+    """Load a checkpoint written by `save` (same configuration and dataset). Returns its meta."""
+    arrays, meta = read_checkpoint(path)
+    load_state_arrays(trainer, arrays, path)
+    trainer.isect_capacity = int(meta.get("trainer", {}).get("isect_capacity", trainer.isect_capacity))
+    return meta

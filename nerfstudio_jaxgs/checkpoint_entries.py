@@ -4,7 +4,7 @@ nerfstudio saves `pipeline.state_dict()` under "pipeline" and loads it back with
 `pipeline.load_pipeline` (ns-train --load-dir, ns-viewer, ns-export, ns-eval, ns-render). The
 model's entries sit under the pipeline's "_model." prefix, as nerfstudio writes them:
 
-- "jaxgs.train<name>": a training run's whole state (`jax_backend.training.checkpointing.state_arrays`:
+- "jaxgs.train<name>": a training run's whole state (`jax_backend.training.state_arrays.state_arrays`:
   the Gaussians, Adam's moments, statistics, pose corrections), with "jaxgs.processes", the
   processes of the run that wrote it; or "jaxgs.gaussians<name>": the Gaussians alone (a pipeline
   that has not trained: ns-viewer's, ns-export's);
@@ -38,10 +38,10 @@ def entries(model, engine=None, prefix: str = "") -> dict:
     given (a training pipeline; one host copy of the Gaussians, not two), else the Gaussians the
     model shows."""
     from jax_backend import gaussians_arrays
-    from jax_backend.training import checkpointing
+    from jax_backend.training import state_arrays
 
     if engine is not None:
-        kind, arrays, steps = "train", checkpointing.state_arrays(engine), engine.step
+        kind, arrays, steps = "train", state_arrays.state_arrays(engine), engine.step
     else:
         kind, arrays, steps = "gaussians", gaussians_arrays(model.gaussians), model.trained_steps
     out = {f"{prefix}{PREFIX}.{kind}{name}": to_torch(a).clone() for name, a in arrays.items()}
@@ -84,7 +84,7 @@ def check_resumable(loaded: Loaded) -> None:
 def resume(engine, loaded: Loaded) -> None:
     """Put a loaded training state into `engine` (same configuration and views; `check_resumable`
     first)."""
-    from jax_backend.training import checkpointing
+    from jax_backend.training import state_arrays
 
     check_resumable(loaded)
-    checkpointing.load_state_arrays(engine, loaded.training_state, "checkpoint")
+    state_arrays.load_state_arrays(engine, loaded.training_state, "checkpoint")
