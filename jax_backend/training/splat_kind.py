@@ -11,6 +11,7 @@ start training, inside the loss and when written out.
 """
 from __future__ import annotations
 
+import abc
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple, Optional
 
@@ -97,11 +98,29 @@ def render_surfels(gaussians: Gaussians, viewmat, K, width: int, height: int, *,
     return Render(colors[..., :3], colors[..., 3:], np.asarray(alpha)[0], extras)
 
 
-class SplatKind:
-    """What changes with the kind of splat (the methods below; `Gaussians3D` is the reference)."""
+class SplatKind(abc.ABC):
+    """What changes with the kind of splat: the three abstract methods each kind implements (what a
+    step renders, the intersections a view needs, one camera's render), and the parameters' forms,
+    which default to 3D Gaussians' (`Gaussians3D` is the reference)."""
 
     name: ClassVar[str]
     shown: ClassVar[tuple] = ()  # the `Render.extras` a viewer shows beside rgb, depth and alpha
+
+    @abc.abstractmethod
+    def rendered_views(self, cfg, splats, viewmats, Ks, width: int, height: int, distortion, masks, step, **common):
+        """A step's renders of its views [B, H, W, 3], the render's meta and the kind's loss terms on
+        the renders' geometry (0.0 for none). `cfg`: the run's `TrainConfig`; `splats`:
+        `activated`'s; `common`: the `traced_rasterization` keywords every kind takes (backgrounds,
+        sh_degree, rasterizer, isect_capacity, means2d_probe, absgrad, layout, tile_size)."""
+
+    @abc.abstractmethod
+    def count_intersections(self, cfg, splats, viewmats, Ks, width: int, height: int, distortions):
+        """The intersections each view [V] needs (`isect_buffer`'s sizing)."""
+
+    @abc.abstractmethod
+    def render(self, gaussians: Gaussians, viewmat, K, width: int, height: int, **options) -> Render:
+        """One camera's render, eagerly; `options` as `render_gaussians`'s (sh_degree, background,
+        depth, rasterizer, rasterize_mode, keep, layout, camera_model, distortion)."""
 
     def check(self, camera_model: str, rasterize_mode: str) -> None:
         """UserFacingError naming a setting this kind cannot train or draw with."""
@@ -130,27 +149,18 @@ class Gaussians3D(SplatKind):
     name: ClassVar[str] = "3dgs"
 
     def rendered_views(self, cfg, splats, viewmats, Ks, width: int, height: int, distortion, masks, step, **common):
-        """A step's renders of its views [B, H, W, 3], the render's meta and the loss terms on the
-        renders' geometry (none for 3D Gaussians). `splats`: `activated`'s; `common`: the
-        `traced_rasterization` keywords every kind takes."""
         renders, _, meta = traced_rasterization(*splats, viewmats, Ks, width, height, rasterize_mode=cfg.rasterize_mode,
                                                 camera_model=cfg.camera_model, distortion=distortion, **common)
         return renders, meta, 0.0
 
     def count_intersections(self, cfg, splats, viewmats, Ks, width: int, height: int, distortions):
-        """The intersections each view [V] needs (`isect_buffer`'s sizing)."""
         means, quats, scales, opacities, _ = splats
         return count_intersections(means, quats, scales, opacities, viewmats, Ks, width, height,
                                    rasterize_mode=cfg.rasterize_mode, camera_model=cfg.camera_model,
                                    distortion=distortions, tile_size=cfg.tile_size)
 
-    def render(self, gaussians: Gaussians, viewmat, K, width: int, height: int, *, sh_degree, background=None,
-               depth: bool = True, rasterizer: str = "auto", rasterize_mode: str = "classic", keep=None, layout=None,
-               camera_model: str = "pinhole", distortion=None) -> Render:
-        """One camera's render (`render_gaussians`)."""
-        return render_gaussians(gaussians, viewmat, K, width, height, sh_degree=sh_degree, background=background,
-                                depth=depth, rasterizer=rasterizer, rasterize_mode=rasterize_mode, keep=keep,
-                                layout=layout, camera_model=camera_model, distortion=distortion)
+    def render(self, gaussians: Gaussians, viewmat, K, width: int, height: int, **options) -> Render:
+        return render_gaussians(gaussians, viewmat, K, width, height, **options)
 
 
 GAUSSIANS_3D = Gaussians3D()
@@ -219,11 +229,10 @@ class Surfels2D(SplatKind):
         return count_intersections_2dgs(means, quats, scales, opacities, viewmats, Ks, width, height,
                                         near_plane=self.near_plane, tile_size=cfg.tile_size)
 
-    def render(self, gaussians: Gaussians, viewmat, K, width: int, height: int, *, sh_degree, background=None,
-               depth: bool = True, rasterizer: str = "auto", rasterize_mode: str = "classic", keep=None, layout=None,
-               camera_model: str = "pinhole", distortion=None) -> Render:
-        """One pinhole camera's render (`render_surfels`: the depth and the extras always)."""
+    def render(self, gaussians: Gaussians, viewmat, K, width: int, height: int, *, camera_model: str = "pinhole",
+               depth: bool = True, rasterize_mode: str = "classic", distortion=None, **options) -> Render:
+        """One pinhole camera's render (`render_surfels`: the depth and the extras always, in the
+        classic mode; a fisheye is refused)."""
         self._check_camera(camera_model)
-        return render_surfels(gaussians, viewmat, K, width, height, sh_degree=sh_degree, background=background,
-                              rasterizer=rasterizer, keep=keep, layout=layout, near_plane=self.near_plane,
-                              depth_mode=self.depth_mode)
+        return render_surfels(gaussians, viewmat, K, width, height, near_plane=self.near_plane,
+                              depth_mode=self.depth_mode, **options)

@@ -24,7 +24,8 @@ from .image_tables import device_memory, make_images, where_images_go
 from .gaussians import Gaussians, activated
 from .schedule import sh_degree_at
 from .state import TrainState
-from .step import TrainConfig, init_state, optimizers, refine_state, train_block
+from .step import init_state, optimizers, refine_state, train_block
+from .train_config import TrainConfig
 from .strategy import RefineInfo
 from .strategy.ops import grow_capacity, rows_to_split
 
