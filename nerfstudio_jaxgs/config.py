@@ -14,6 +14,8 @@ from nerfstudio.engine.optimizers import AdamOptimizerConfig
 from nerfstudio.engine.schedulers import ExponentialDecaySchedulerConfig
 from nerfstudio.plugins.types import MethodSpecification
 
+from jax_backend import defaults
+
 from .hooks import install_excepthook, install_progress_lines
 from .model import Jax2DGSModelConfig, JaxGSModelConfig
 from .pipeline import JaxGSPipelineConfig
@@ -25,24 +27,27 @@ install_progress_lines()
 
 
 def _adam(lr, scheduler=None):
-    return {"optimizer": AdamOptimizerConfig(lr=lr, eps=1e-15), "scheduler": scheduler}
+    return {"optimizer": AdamOptimizerConfig(lr=lr, eps=defaults.ADAM_EPS), "scheduler": scheduler}
+
+
+def _correction(adam: dict):
+    """A per-view correction's group (`defaults.CAMERA_OPT_ADAM`...): Adam, warm-up and decay."""
+    return _adam(adam["lr"], ExponentialDecaySchedulerConfig(lr_final=adam["lr_final"], max_steps=30000,
+                                                             warmup_steps=adam["warmup_steps"], lr_pre_warmup=0))
 
 
 # splatfacto's parameter groups and rates (`--optimizers.means.optimizer.lr` ...); the means' rate is
 # times the scene extent in jax-gs (3DGS), and decays over the scheduler's max-steps as splatfacto's
+_LR = defaults.GAUSSIAN_LRS
 OPTIMIZERS = {
-    "means": _adam(1.6e-4, ExponentialDecaySchedulerConfig(lr_final=1.6e-6, max_steps=30000)),
-    "features_dc": _adam(0.0025),
-    "features_rest": _adam(0.0025 / 20),
-    "opacities": _adam(0.05),
-    "scales": _adam(0.005),
-    "quats": _adam(0.001),
-    "camera_opt": {"optimizer": AdamOptimizerConfig(lr=1e-4, eps=1e-15),  # used with camera-optimizer.mode on
-                   "scheduler": ExponentialDecaySchedulerConfig(lr_final=5e-7, max_steps=30000, warmup_steps=1000,
-                                                                lr_pre_warmup=0)},
-    "bilateral_grid": {"optimizer": AdamOptimizerConfig(lr=2e-3, eps=1e-15),  # with use-bilateral-grid
-                       "scheduler": ExponentialDecaySchedulerConfig(lr_final=1e-4, max_steps=30000, warmup_steps=1000,
-                                                                    lr_pre_warmup=0)},
+    "means": _adam(_LR["means"], ExponentialDecaySchedulerConfig(lr_final=defaults.MEANS_LR_FINAL, max_steps=30000)),
+    "features_dc": _adam(_LR["sh0"]),
+    "features_rest": _adam(_LR["shN"]),
+    "opacities": _adam(_LR["opacities"]),
+    "scales": _adam(_LR["scales"]),
+    "quats": _adam(_LR["quats"]),
+    "camera_opt": _correction(defaults.CAMERA_OPT_ADAM),  # used with camera-optimizer.mode on
+    "bilateral_grid": _correction(defaults.BILATERAL_GRID_ADAM),  # with use-bilateral-grid
 }
 
 

@@ -17,6 +17,8 @@ import torch
 
 from nerfstudio.models.splatfacto import SplatfactoModel, SplatfactoModelConfig
 
+from jax_backend import defaults
+
 from .bridge import to_torch
 from .cameras import camera_model, camera_model_problem, cameras_to_opencv
 from .errors import InputError
@@ -78,11 +80,11 @@ class JaxGSModelConfig(SplatfactoModelConfig):
     """Gaussian budget: caps growth (default strategy; 0 = no cap) or the MCMC budget (0 = 1,000,000)."""
     max_gs_num: int = 0
     """Newer splatfacto's name for the MCMC budget: when > 0 it is the budget of an MCMC run (over max-gaussians)."""
-    noise_lr: float = 5e5
+    noise_lr: float = defaults.MCMC_NOISE_LR
     """Newer splatfacto's MCMC setting: the scale of the noise added to the means (times their rate)."""
-    mcmc_opacity_reg: float = 0.01
+    mcmc_opacity_reg: float = defaults.MCMC_OPACITY_REG
     """Newer splatfacto's MCMC setting: the weight of the mean opacity in the loss."""
-    mcmc_scale_reg: float = 0.01
+    mcmc_scale_reg: float = defaults.MCMC_SCALE_REG
     """Newer splatfacto's MCMC setting: the weight of the mean scale in the loss."""
     snapshot_every: int = 0
     """Every this many steps, write the Gaussians as a PLY and a preview render of the first
@@ -119,18 +121,18 @@ class Jax2DGSModelConfig(JaxGSModelConfig):
 
     fisheye: Literal["native", "undistorted"] = "undistorted"
     """2DGS draws pinhole cameras only: fisheye captures train on the images nerfstudio undistorts."""
-    normal_lambda: float = 0.05
+    normal_lambda: float = defaults.SURFEL_NORMAL_LAMBDA
     """Weight of the normal consistency between the disks' blended normals and the rendered depth's
     (the paper's)."""
-    normal_start: int = 7000
+    normal_start: int = defaults.SURFEL_NORMAL_START
     """Step from which the normal consistency counts (the paper's)."""
-    distortion_lambda: float = 0.0
+    distortion_lambda: float = defaults.SURFEL_DISTORTION_LAMBDA
     """Weight of the depth distortion, sum_ij w_i w_j (z_i - z_j) over camera depth (gsplat's term).
     Off by default, as in the paper's code; its 100 (unbounded) and 1000 (bounded scenes) weigh
     another quantity, squared NDC depth differences (docs/2dgs.md)."""
-    distortion_start: int = 3000
+    distortion_start: int = defaults.SURFEL_DISTORTION_START
     """Step from which the depth distortion counts (the paper's)."""
-    normals_from: Literal["expected", "median"] = "expected"
+    normals_from: Literal["expected", "median"] = defaults.SURFEL_DEPTH_MODE
     """The rendered depth the surface normals come from: the expected or the median depth."""
 
     splats: ClassVar[str] = "2dgs"

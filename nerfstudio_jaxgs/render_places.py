@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import functools
 
-from .errors import InputError
-
 
 class RenderPlaces:
     def __init__(self, config):
@@ -19,10 +17,7 @@ class RenderPlaces:
         CPU), within this host's devices (`settings.layout`); decided once, not per frame."""
         from .settings import layout
 
-        try:
-            return layout(self.config, for_rendering=True)
-        except ValueError as e:  # $JAXGS_TILE_DEVICES
-            raise InputError(str(e)) from None
+        return layout(self.config, for_rendering=True)  # its one-line InputError naming the settings
 
     @functools.cached_property
     def live(self):

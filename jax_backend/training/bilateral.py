@@ -18,6 +18,7 @@ from typing import NamedTuple, Tuple
 import jax
 import jax.numpy as jnp
 
+from .. import defaults
 from .corrections import Correction
 from .optim import GroupConfig
 
@@ -31,7 +32,7 @@ class BilateralGridConfig(Correction):
 
     enabled: bool = False
     shape: Tuple[int, int, int] = (16, 16, 8)  # (X: width cells, Y: height cells, W: luminance cells)
-    optimizer: GroupConfig = field(default_factory=lambda: GroupConfig(2e-3, 1e-4, warmup_steps=1000))
+    optimizer: GroupConfig = field(default_factory=lambda: GroupConfig(**defaults.BILATERAL_GRID_ADAM))
     tv_weight: float = 10.0
     centred: bool = True  # jax-gs: the grids' mean over the images is held at the identity (`centre_grids`)
 

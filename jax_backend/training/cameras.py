@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
+from .. import defaults
 from ..array_ops import einsum, matmul
 from .corrections import Correction
 from .optim import GroupConfig
@@ -27,7 +28,7 @@ class CameraOptConfig(Correction):
     """nerfstudio's CameraOptimizerConfig and splatfacto's `camera_opt` optimizer group."""
 
     mode: str = "off"
-    optimizer: GroupConfig = field(default_factory=lambda: GroupConfig(1e-4, 5e-7, warmup_steps=1000))
+    optimizer: GroupConfig = field(default_factory=lambda: GroupConfig(**defaults.CAMERA_OPT_ADAM))
     trans_l2_penalty: float = 1e-2
     rot_l2_penalty: float = 1e-3
 

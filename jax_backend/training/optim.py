@@ -10,6 +10,7 @@ from typing import Callable, NamedTuple, Optional
 import optax
 import jax.numpy as jnp
 
+from .. import defaults
 from .gaussians import PARAM_NAMES
 
 
@@ -21,7 +22,7 @@ class GroupConfig:
     lr: float
     lr_final: Optional[float] = None  # exponential decay from lr to this over decay_steps (None: constant)
     decay_steps: int = 0  # 0: over the whole run (TrainConfig.max_steps)
-    eps: float = 1e-15
+    eps: float = defaults.ADAM_EPS
     times_extent: bool = False  # lr and lr_final are times the scene extent (the means', as 3DGS)
     warmup_steps: int = 0  # a warm-up from lr_pre_warmup to lr first, along `ramp`
     lr_pre_warmup: float = 0.0
@@ -36,12 +37,13 @@ class GroupConfig:
 class OptimConfig:
     """Adam settings per parameter group (PARAM_NAMES), the 3DGS ones by default."""
 
-    means: GroupConfig = field(default_factory=lambda: GroupConfig(1.6e-4, 1.6e-6, times_extent=True))
-    scales: GroupConfig = field(default_factory=lambda: GroupConfig(5e-3))
-    quats: GroupConfig = field(default_factory=lambda: GroupConfig(1e-3))
-    opacities: GroupConfig = field(default_factory=lambda: GroupConfig(5e-2))
-    sh0: GroupConfig = field(default_factory=lambda: GroupConfig(2.5e-3))
-    shN: GroupConfig = field(default_factory=lambda: GroupConfig(2.5e-3 / 20))
+    means: GroupConfig = field(default_factory=lambda: GroupConfig(defaults.GAUSSIAN_LRS["means"],
+                                                                   defaults.MEANS_LR_FINAL, times_extent=True))
+    scales: GroupConfig = field(default_factory=lambda: GroupConfig(defaults.GAUSSIAN_LRS["scales"]))
+    quats: GroupConfig = field(default_factory=lambda: GroupConfig(defaults.GAUSSIAN_LRS["quats"]))
+    opacities: GroupConfig = field(default_factory=lambda: GroupConfig(defaults.GAUSSIAN_LRS["opacities"]))
+    sh0: GroupConfig = field(default_factory=lambda: GroupConfig(defaults.GAUSSIAN_LRS["sh0"]))
+    shN: GroupConfig = field(default_factory=lambda: GroupConfig(defaults.GAUSSIAN_LRS["shN"]))
 
     def with_eps(self, eps: float) -> "OptimConfig":
         """The same with every group's eps set to `eps`."""

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import defaults
 from ..errors import UserFacingError
 from ..rendering import (count_intersections, count_intersections_2dgs, rasterization, rasterization_2dgs,
                          traced_rasterization, traced_rasterization_2dgs)
@@ -178,11 +179,11 @@ class Surfels2D(SplatKind):
     name: ClassVar[str] = "2dgs"
     shown: ClassVar[tuple] = ("normals", "median_depth")
 
-    normal_lambda: float = 0.05
-    normal_start: int = 7000
-    distortion_lambda: float = 0.0  # off, as the paper's code by default (docs/2dgs.md: measured)
-    distortion_start: int = 3000
-    depth_mode: str = "expected"  # the depth the surface normals come from: "expected" or "median"
+    normal_lambda: float = defaults.SURFEL_NORMAL_LAMBDA
+    normal_start: int = defaults.SURFEL_NORMAL_START
+    distortion_lambda: float = defaults.SURFEL_DISTORTION_LAMBDA
+    distortion_start: int = defaults.SURFEL_DISTORTION_START
+    depth_mode: str = defaults.SURFEL_DEPTH_MODE  # the depth the surface normals come from: "expected" or "median"
     near_plane: float = 0.01  # hits nearer than this are not drawn
 
     def check(self, camera_model: str, rasterize_mode: str) -> None:

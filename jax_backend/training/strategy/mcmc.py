@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
-from ... import array_ops
+from ... import array_ops, defaults
 from ...rendering.projection import rotmat_planes
 from ..gaussians import Gaussians
 from ..schedule import crossed
@@ -23,14 +23,14 @@ from .ops import gather_rows, relocation, sample_by_weight, zero_moments
 class MCMCStrategy:
     """3DGS-MCMC (gsplat's MCMCStrategy); `budget` is the paper's cap_max."""
 
-    budget: int = 1_000_000
-    noise_lr: float = 5e5
+    budget: int = defaults.MCMC_BUDGET
+    noise_lr: float = defaults.MCMC_NOISE_LR
     refine_start: int = 500
     refine_stop: int = 25_000
     refine_every: int = 100
     min_opacity: float = 0.005
-    opacity_reg: float = 0.01
-    scale_reg: float = 0.01
+    opacity_reg: float = defaults.MCMC_OPACITY_REG
+    scale_reg: float = defaults.MCMC_SCALE_REG
     absgrad: bool = False
 
     def init_stats(self, capacity: int) -> dict:
