@@ -135,11 +135,18 @@ _RELOC = np.array([[math.comb(r, k + 1) * (-1) ** k / math.sqrt(k + 1) if k < r 
 
 
 def relocation(opacities, scales, ratios):
-    """New opacity and scale of a Gaussian shared by `ratios` copies (gsplat's compute_relocation)."""
+    """New opacity and scale of a Gaussian shared by `ratios` copies (gsplat's compute_relocation).
+    The denominator's terms are added one power at a time (a loop over the table's columns): the
+    [N, 51] table rows and powers at once were a TPU's largest MCMC temporaries, each padded to 128
+    lanes (docs/tpu.md)."""
     r = jnp.clip(jnp.asarray(ratios).astype(jnp.int32), 1, _N_MAX)
     new_o = 1.0 - (1.0 - opacities) ** (1.0 / r)
-    powers = new_o[:, None] ** jnp.arange(1, _N_MAX + 1)[None]
-    denom = jnp.sum(jnp.asarray(_RELOC)[r] * powers, axis=-1)
+    table = jnp.asarray(_RELOC.T)  # [k, r]
+
+    def add_term(k, denom):
+        return denom + table[k][r] * new_o ** (k + 1.0).astype(new_o.dtype)
+
+    denom = jax.lax.fori_loop(0, _N_MAX, add_term, jnp.zeros_like(new_o))
     return new_o, (opacities / denom)[:, None] * scales
 
 
