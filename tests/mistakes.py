@@ -480,7 +480,7 @@ def colmap_fox(tmp: Path, binary: bool = True) -> tuple[Path, Path]:
     """The fox as a COLMAP capture (its poses and intrinsics; binary through nerfstudio's own
     writer): (scene, model folder)."""
     from nerfstudio.data.utils import colmap_parsing_utils as colmap
-    from test_dataparsers import write_colmap_scene
+    from captures import write_colmap_scene
 
     scene = tmp / "colmap_scene"
     write_colmap_scene(scene, num_points=200)

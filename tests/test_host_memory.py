@@ -78,7 +78,7 @@ def test_building_the_engine_holds_the_capture_once(tmp_path):
     both CPU devices. The process's peak resident memory over all of it grows by at most 1.1x the
     images' bytes and 128 MiB (JAX's start, the small arrays); holding them twice, as before, took
     2x and more."""
-    from test_image_tables import write_large_capture
+    from captures import write_large_capture
 
     write_large_capture(tmp_path / "scene")
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(PROBE), str(tmp_path / "scene")], capture_output=True,

@@ -9,6 +9,7 @@ import pytest
 from jax_backend import DefaultStrategy, OptimConfig, TrainConfig, Trainer, ViewPlan, init_random, make_layout
 from jax_backend.training.data import view_bucket
 from jax_backend.training.image_tables import IMAGES_SHARE, where_images_go
+from captures import write_large_capture
 from synthetic import known_scene
 
 
@@ -128,31 +129,6 @@ def test_fox_trains_the_same_with_its_images_on_the_host(capsys):
         for x, y in zip(states[0], other):
             np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     assert len(runs["cpu"].datamanager.cached_eval) > 0  # the evaluation images cached without pinning
-
-
-def write_large_capture(dst, copies: int = 3, scale: int = 4):
-    """A nerfstudio-data capture larger than the fox: its frames `copies` times over, each image
-    upscaled `scale` times (JPEG, as phones write them), the intrinsics scaled to match."""
-    import json
-
-    from PIL import Image
-
-    from commands import FOX
-
-    meta = json.loads((FOX / "transforms.json").read_text())
-    for key in ("fl_x", "fl_y", "cx", "cy", "w", "h"):
-        meta[key] = meta[key] * scale
-    (dst / "images").mkdir(parents=True)
-    frames = []
-    for copy in range(copies):
-        for f in meta["frames"]:
-            im = Image.open(FOX / f["file_path"]).convert("RGB")
-            name = f"images/{copy}_{f['file_path'].split('/')[-1].rsplit('.', 1)[0]}.jpg"
-            im.resize((im.width * scale, im.height * scale), Image.BICUBIC).save(dst / name, quality=92)
-            frames.append(dict(f, file_path=name))
-    meta["frames"] = frames
-    (dst / "transforms.json").write_text(json.dumps(meta))
-    return len(frames)
 
 
 @pytest.mark.slow

@@ -11,7 +11,8 @@ import pytest
 
 
 from commands import FOX  # noqa: E402
-from test_dataparsers import write_blender_scene, write_colmap_scene, write_downscaled_copies  # noqa: E402
+from captures import (write_blender_scene, write_colmap_scene, write_downscaled_copies,  # noqa: E402
+                      write_fisheye_scene, write_forward_facing_scene)
 
 
 def _pipeline(dataparser, **model_settings):
@@ -150,55 +151,6 @@ def test_blender_rgba_follows_the_alpha_color(tmp_path, alpha_color):
         np.testing.assert_allclose(pipeline.model.background_color.numpy(), expected)  # eval and previews too
 
 
-def write_forward_facing_scene(dst: Path, width=64, height=48, textured=False, focal=60.0):
-    """A forward-facing capture (LLFF-like) in nerfstudio-data format: 12 cameras on a small plane,
-    all looking the same way at a wall of points 4 units in front of them (its point cloud is the
-    capture's sparse_pc.ply, so the Gaussians start on the wall). Images are flat grey (only the
-    geometry matters), or with `textured` the wall's coloured Gaussians rendered from each camera
-    by jax-gs's rasterizer (a scene to look at)."""
-    from PIL import Image
-
-    (dst / "images").mkdir(parents=True)
-    rng = np.random.default_rng(0)
-    n, w, h = (8000, 4.0, 3.0) if textured else (3000, 2.0, 1.5)  # textured: wide enough to fill a viewer
-    wall = np.stack([rng.uniform(-w, w, n), rng.uniform(-h, h, n), rng.uniform(-4.2, -3.8, n)], -1)
-    colours = rng.integers(60, 256, (len(wall), 3)) if textured else np.tile([200, 120, 80], (len(wall), 1))
-    c2ws = []
-    for x, y in [(x, y) for x in np.linspace(-0.3, 0.3, 4) for y in np.linspace(-0.2, 0.2, 3)]:
-        c2w = np.eye(4)
-        c2w[:3, 3] = [x, y, 0.0]  # OpenGL axes: looking along -z
-        c2ws.append(c2w)
-    images = (_render_wall(wall, colours, c2ws, width, height, focal) if textured
-              else [np.full((height, width, 3), 128, np.uint8)] * len(c2ws))
-    frames = []
-    for i, (c2w, im) in enumerate(zip(c2ws, images)):
-        Image.fromarray(im).save(dst / "images" / f"{i:03d}.png")
-        frames.append({"file_path": f"images/{i:03d}.png", "transform_matrix": c2w.tolist()})
-    lines = ["ply", "format ascii 1.0", f"element vertex {len(wall)}", "property float x", "property float y",
-             "property float z", "property uchar red", "property uchar green", "property uchar blue", "end_header"]
-    lines += [f"{p[0]:.5f} {p[1]:.5f} {p[2]:.5f} {c[0]} {c[1]} {c[2]}" for p, c in zip(wall, colours)]
-    (dst / "sparse_pc.ply").write_text("\n".join(lines) + "\n")
-    meta = {"fl_x": focal, "fl_y": focal, "cx": width / 2, "cy": height / 2, "w": width, "h": height,
-            "frames": frames, "ply_file_path": "sparse_pc.ply"}
-    (dst / "transforms.json").write_text(json.dumps(meta))
-
-
-def _render_wall(points, colours, c2ws, width, height, focal):
-    """The wall's points as opaque Gaussians (sigma 8 cm), rendered from OpenGL camera-to-worlds."""
-    import jax.numpy as jnp
-
-    from jax_backend import rasterization
-
-    n = len(points)
-    flip = np.diag([1.0, -1.0, -1.0, 1.0])  # OpenGL -> OpenCV camera axes
-    viewmats = np.stack([np.linalg.inv(c2w @ flip) for c2w in c2ws]).astype(np.float32)
-    K = np.array([[focal, 0, width / 2], [0, focal, height / 2], [0, 0, 1]], np.float32)
-    rgb, _, _ = rasterization(jnp.asarray(points, jnp.float32), jnp.tile(jnp.array([1.0, 0, 0, 0]), (n, 1)),
-                              jnp.full((n, 3), 0.08), jnp.full((n,), 0.95), jnp.asarray(colours / 255.0, jnp.float32),
-                              jnp.asarray(viewmats), jnp.asarray(np.stack([K] * len(c2ws))), width, height)
-    return [np.asarray(np.clip(im, 0, 1) * 255 + 0.5, np.uint8) for im in np.asarray(rgb)]
-
-
 def _viser_default_camera(width=64, height=48):
     """The camera a new viser client starts with: (-3, 3, -3) viser units = (-0.3, 0.3, -0.3) in
     nerfstudio's scene, looking at the origin, +z up (nerfstudio's), three.js's 50-degree vertical fov."""
@@ -308,16 +260,6 @@ def test_camera_resolution_scale_reaches_the_engine():
     assert abs(data.width - meta["w"] / 2) <= 2 and abs(data.height - meta["h"] / 2) <= 2
     np.testing.assert_allclose(np.asarray(data.Ks)[0, 0, 0], float(cams.fx[0]), rtol=1e-5)
     assert abs(float(cams.fx[0]) - meta["fl_x"] / 2) < 0.05 * meta["fl_x"]
-
-
-def write_fisheye_scene(dst: Path, frames=12, coeffs=(0.12, 0.03, 0.0, 0.0)) -> tuple:
-    """An OPENCV_FISHEYE capture made from the fox (`benchmarks.captures.write_fisheye_capture`):
-    each fox image taken as a pinhole image (intrinsics K) and redrawn through the fisheye model
-    (same K, coefficients `coeffs`). Returns (K, the pinhole images by name)."""
-    from benchmarks.captures import write_fisheye_capture
-
-    K, originals, _ = write_fisheye_capture(FOX, dst, frames, coeffs)
-    return K, originals
 
 
 def _pinhole_mismatch(undistorted, K_u, original, K_o):

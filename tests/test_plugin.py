@@ -369,7 +369,7 @@ def test_viewer_opens_on_a_forward_facing_capture(tmp_path):
     """The reported empty canvas: a forward-facing capture trained briefly, opened in ns-viewer in
     a real browser, shows the scene (the viewer starts at a training camera when viser's default
     view sees nothing)."""
-    from test_layouts import write_forward_facing_scene
+    from captures import write_forward_facing_scene
 
     scene = tmp_path / "ff"
     write_forward_facing_scene(scene, width=128, height=96, focal=120.0, textured=True)

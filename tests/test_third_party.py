@@ -255,7 +255,7 @@ def test_a_fisheye_capture_trains_natively_and_its_export_converts(npm_tools, tm
     """An OPENCV_FISHEYE capture (the fox's images redrawn through a KB4 lens) through the real
     commands: ns-train jax-gs trains its views as fisheyes on their whole frames (the default
     --pipeline.model.fisheye native), ns-export writes the splat, and splat-transform reads it."""
-    from test_layouts import write_fisheye_scene
+    from captures import write_fisheye_scene
 
     scene = tmp_path / "fisheye"
     write_fisheye_scene(scene, frames=16)
