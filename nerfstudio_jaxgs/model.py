@@ -10,7 +10,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Dict, List, Literal, Optional, Type
+from typing import Dict, List, Literal, Optional, Type
 
 import numpy as np
 import torch
@@ -109,7 +109,11 @@ class JaxGSModelConfig(SplatfactoModelConfig):
     to the device ahead of it (as with --pipeline.datamanager.cache-images cpu)."""
     seed: int = 0
 
-    splats: ClassVar[str] = "3dgs"  # the kind of splat trained (`settings.splat_kind`); not a setting
+    def splat_kind(self):
+        """The `jax_backend.SplatKind` this config trains and draws, carrying its settings: 3D Gaussians."""
+        from jax_backend import GAUSSIANS_3D
+
+        return GAUSSIANS_3D
 
 
 @dataclass
@@ -135,7 +139,13 @@ class Jax2DGSModelConfig(JaxGSModelConfig):
     normals_from: Literal["expected", "median"] = defaults.SURFEL_DEPTH_MODE
     """The rendered depth the surface normals come from: the expected or the median depth."""
 
-    splats: ClassVar[str] = "2dgs"
+    def splat_kind(self):
+        """2DGS disks with this config's geometry terms."""
+        from jax_backend import Surfels2D
+
+        return Surfels2D(normal_lambda=self.normal_lambda, normal_start=self.normal_start,
+                         distortion_lambda=self.distortion_lambda, distortion_start=self.distortion_start,
+                         depth_mode=self.normals_from)
 
 
 def _shown(name: str, image: np.ndarray, alpha: np.ndarray) -> torch.Tensor:
@@ -157,12 +167,11 @@ class JaxGSModel(SplatfactoModel):
         from torchmetrics.image import PeakSignalNoiseRatio, StructuralSimilarityIndexMeasure
 
         from .initial import initial_gaussians
-        from .settings import splat_kind
 
         scene_box = self.scene_box.aabb.cpu().numpy() if getattr(self, "scene_box", None) is not None else None
         # SplatfactoModel.__init__ keeps the dataparser's seed points in self.seed_points
         self.gaussians = initial_gaussians(self.config, getattr(self, "seed_points", None), scene_box)
-        self.splat_kind = splat_kind(self.config)  # what the renders draw (`jax_backend.SplatKind`)
+        self.splat_kind = self.config.splat_kind()  # what the renders draw (`jax_backend.SplatKind`)
         self.trained_steps = 0  # steps trained to reach `gaussians` (their SH degree)
         self._view_cache = None
         self.places = RenderPlaces(self.config)  # where the renders run

@@ -66,13 +66,23 @@ def _changed(config, name: str) -> bool:
     return getattr(config, name) != _default(config, name)
 
 
-# jax-gs's settings that 2DGS (jax-2dgs) cannot honour, with the values it cannot train with
-SURFEL_UNSUPPORTED = {
-    "rasterize_mode": ("antialiased", "2DGS has no antialiased mode: its screen-space low pass already bounds each "
-                                      "disk's footprint"),
-    "fisheye": ("native", "2DGS draws pinhole cameras only: fisheye captures train on the images nerfstudio "
-                          "undistorts (--pipeline.model.fisheye undistorted)"),
-}
+# the flag of each setting a kind of splat checks (`SplatKind.check`'s SettingError names them as the
+# backend does), and what to do instead where the kind's own words do not say it in flags
+KIND_SETTINGS = {"camera_model": ("fisheye", " (--pipeline.model.fisheye undistorted)"),
+                 "depth_mode": ("normals_from", "")}
+
+
+def check_kind(config) -> None:
+    """InputError naming the flag of the first setting the config's kind of splat cannot train with
+    (its rules are the kind's own: `SplatKind.check`). A fisheye drawn natively counts as a fisheye
+    camera whatever the capture, as the run would draw one."""
+    from jax_backend.training.splat_kind import SettingError
+
+    try:
+        config.splat_kind().check("fisheye" if config.fisheye == "native" else "pinhole", config.rasterize_mode)
+    except SettingError as e:
+        name, hint = KIND_SETTINGS.get(e.setting, (e.setting, ""))
+        raise InputError(f"{_flag(name)} {getattr(config, name)}: {e}{hint}") from None
 
 
 def check_supported(config) -> None:
@@ -80,10 +90,7 @@ def check_supported(config) -> None:
     for name, why in UNSUPPORTED.items():
         if _changed(config, name):
             raise InputError(f"{_flag(name)} {getattr(config, name)}: {why}")
-    if config.splats == "2dgs":
-        for name, (value, why) in SURFEL_UNSUPPORTED.items():
-            if getattr(config, name) == value:
-                raise InputError(f"{_flag(name)} {value}: {why}")
+    check_kind(config)
     for name, switch in (("max_gauss_ratio", "use_scale_regularization"), ("grid_shape", "use_bilateral_grid")):
         if _changed(config, name) and not getattr(config, switch):
             raise InputError(f"{_flag(name)} {getattr(config, name)}: it only matters with {_flag(switch)} True")
@@ -216,18 +223,6 @@ def training_background(config, data_background=None):
     return tuple(data_background) if data_background is not None else "random"
 
 
-def splat_kind(config):
-    """The `jax_backend.SplatKind` a model config trains and draws: 3D Gaussians, or 2DGS disks
-    with jax-2dgs's loss settings."""
-    from jax_backend import GAUSSIANS_3D, Surfels2D
-
-    if config.splats == "2dgs":
-        return Surfels2D(normal_lambda=config.normal_lambda, normal_start=config.normal_start,
-                         distortion_lambda=config.distortion_lambda, distortion_start=config.distortion_start,
-                         depth_mode=config.normals_from)
-    return GAUSSIANS_3D
-
-
 def train_config(config, *, max_steps: int, num_train_data: int, optimizers: dict, data_background=None,
                  camera_model: str = "pinhole"):
     """`jax_backend.TrainConfig` of a model config, in one pass: for a run ending at `max_steps` on
@@ -256,7 +251,7 @@ def train_config(config, *, max_steps: int, num_train_data: int, optimizers: dic
                        strategy=strat, num_downscales=config.num_downscales,
                        resolution_schedule=config.resolution_schedule,
                        full_resolution_at=config.full_resolution_at, optim=optim_config(optimizers),
-                       splats=splat_kind(config), camera_model=camera_model, seed=config.seed)
+                       splats=config.splat_kind(), camera_model=camera_model, seed=config.seed)
 
 
 def images_place(config, datamanager) -> tuple:

@@ -45,6 +45,7 @@ def render() -> str:
     from nerfstudio.models.splatfacto import SplatfactoModelConfig
 
     from nerfstudio_jaxgs import settings
+    from nerfstudio_jaxgs.errors import InputError
     from nerfstudio_jaxgs.model import Jax2DGSModelConfig, JaxGSModelConfig
 
     inherited = {f.name: f for f in dataclasses.fields(SplatfactoModelConfig) if not f.name.startswith("_")}
@@ -79,7 +80,12 @@ def render() -> str:
     rows += ["", "| `ns-train jax-2dgs`: `--pipeline.model.*` | in jax-2dgs (the rest as in jax-gs) |", "|---|---|"]
     for n, doc in surfel_docs.items():
         rows.append(f"| {_flags([n])} (default `{_default(surfel_fields[n])}`) | {doc} |")
-    for n, (value, why) in settings.SURFEL_UNSUPPORTED.items():
+    for n, value in (("rasterize_mode", "antialiased"), ("fisheye", "native")):  # the kind's own rules say why
+        try:
+            settings.check_kind(Jax2DGSModelConfig(**{n: value}))
+            raise SystemExit(f"settings_table: jax-2dgs now trains with --pipeline.model.{n} {value}")
+        except InputError as e:
+            why = str(e).split(": ", 1)[1]
         rows.append(f"| `--pipeline.model.{n.replace('_', '-')} {value}` | stops the run: {why} |")
     rows += ["", "| `--pipeline.datamanager.*`, `--optimizers.*` | in jax-gs |", "|---|---|",
              f"| {_flags([n for n in settings.DATAMANAGER_HONOURED if n in dm_fields and n not in settings.DATAMANAGER_NOTES])}"

@@ -24,6 +24,8 @@ def test_ns_train_lists_jax_2dgs_with_its_settings():
 @pytest.mark.parametrize("setting, value, words", [
     ("rasterize_mode", "antialiased", "--pipeline.model.rasterize-mode antialiased: 2DGS has no antialiased mode"),
     ("fisheye", "native", "--pipeline.model.fisheye native: 2DGS draws pinhole cameras only"),
+    ("normals_from", "mean", "--pipeline.model.normals-from mean: 2DGS depth_mode must be one of"),
+    ("normal_lambda", -1.0, "--pipeline.model.normal-lambda -1.0: 2DGS normal_lambda must be >= 0"),
 ])
 def test_settings_2dgs_cannot_honour_stop_the_run_naming_them(setting, value, words):
     from nerfstudio_jaxgs.errors import InputError

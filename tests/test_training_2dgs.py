@@ -72,7 +72,7 @@ def test_the_third_scale_is_not_trained(scene, strategy):
 
 @pytest.mark.parametrize("setting, value, words", [
     ("camera_model", "fisheye", "pinhole cameras only"),
-    ("rasterize_mode", "antialiased", "no 'antialiased' rasterize mode"),
+    ("rasterize_mode", "antialiased", "2DGS has no antialiased mode"),
 ])
 def test_settings_2dgs_cannot_train_with_stop_it_with_one_line(scene, setting, value, words):
     train, _ = scene

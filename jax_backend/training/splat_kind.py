@@ -28,6 +28,15 @@ from .gaussians import Gaussians, activated
 from .surfels import as_surfels, geometry_loss, geometry_terms, third_scale_fixed
 
 
+class SettingError(UserFacingError, ValueError):
+    """A setting a kind of splat cannot train or draw with; `setting` is its name here (the
+    plugin names the flag)."""
+
+    def __init__(self, setting: str, message: str):
+        super().__init__(message)
+        self.setting = setting
+
+
 class Render(NamedTuple):
     """One camera's render of a scene's splats, numpy arrays."""
 
@@ -124,7 +133,7 @@ class SplatKind(abc.ABC):
         depth, rasterizer, rasterize_mode, keep, layout, camera_model, distortion)."""
 
     def check(self, camera_model: str, rasterize_mode: str) -> None:
-        """UserFacingError naming a setting this kind cannot train or draw with."""
+        """SettingError naming a setting this kind cannot train or draw with (its own or the run's)."""
 
     def started(self, params: dict) -> dict:
         """The parameters as training starts from them."""
@@ -188,22 +197,22 @@ class Surfels2D(SplatKind):
 
     def check(self, camera_model: str, rasterize_mode: str) -> None:
         if self.depth_mode not in DEPTH_MODES:
-            raise UserFacingError(f"2DGS depth_mode must be one of {DEPTH_MODES}, got {self.depth_mode!r}")
+            raise SettingError("depth_mode", f"2DGS depth_mode must be one of {DEPTH_MODES}, got {self.depth_mode!r}")
         for name in ("normal_lambda", "distortion_lambda", "normal_start", "distortion_start"):
             if not getattr(self, name) >= 0:
-                raise UserFacingError(f"2DGS {name} must be >= 0, got {getattr(self, name)!r}")
+                raise SettingError(name, f"2DGS {name} must be >= 0, got {getattr(self, name)!r}")
         if not self.near_plane > 0:
-            raise UserFacingError(f"2DGS near_plane must be > 0, got {self.near_plane!r}")
+            raise SettingError("near_plane", f"2DGS near_plane must be > 0, got {self.near_plane!r}")
         self._check_camera(camera_model)
         if rasterize_mode != "classic":
-            raise UserFacingError(f"2DGS has no {rasterize_mode!r} rasterize mode: its screen-space low pass "
-                                  "already bounds each disk's footprint (use rasterize_mode 'classic')")
+            raise SettingError("rasterize_mode", f"2DGS has no {rasterize_mode} mode: its screen-space low pass "
+                                                 "already bounds each disk's footprint (use the classic one)")
 
     @staticmethod
     def _check_camera(camera_model: str) -> None:
         if camera_model != "pinhole":
-            raise UserFacingError(f"2DGS draws pinhole cameras only (a {camera_model} camera's rays do not meet a "
-                                  "disk through one projective map): undistort the images first")
+            raise SettingError("camera_model", f"2DGS draws pinhole cameras only (a {camera_model} camera's rays "
+                                               "do not meet a disk through one projective map): undistort the images first")
 
     def started(self, params: dict) -> dict:
         return as_surfels(params)
