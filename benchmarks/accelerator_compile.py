@@ -104,7 +104,7 @@ def trainer_for(method: str, n: int, replicas: int = 1, width: int = WIDTH, heig
             "jax-2dgs": methods.jax_2dgs_method}[method]
     model = spec.config.pipeline.model
     cfg = train_config(model, max_steps=spec.config.max_num_iterations, num_train_data=VIEWS,
-                       optimizers=spec.config.optimizers, data_background=None)
+                       optimizers=spec.config.optimizers)
     means, quats, scales, opacities, colors, viewmats, Ks = scene_views(n, width, height)
     g = init_from_points(means, colors, sh_degree=cfg.sh_degree, capacity=next_pow2(n))
     import jax.numpy as jnp

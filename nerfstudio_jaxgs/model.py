@@ -181,28 +181,8 @@ class JaxGSModel(SplatfactoModel):
         self.crop_box = None
         if self.config.camera_optimizer.mode != "off":  # the viewer draws the training cameras with its corrections
             self.camera_optimizer = self.config.camera_optimizer.setup(num_cameras=self.num_train_data, device="cpu")
-        self.data_background = None  # the colour the dataparser composites RGBA images on (set by the pipeline)
-        self.background_color = self._render_background()  # the viewer replaces it (set_background)
+        self.background_color = torch.zeros(3)  # behind renders: the pipeline's and the viewer's (set_background)
         self.step = 0
-
-    def set_data_background(self, color) -> None:
-        """The colour the dataparser composites RGBA images on (None: it does not)."""
-        self.data_background = None if color is None else tuple(float(c) for c in np.asarray(color).reshape(3))
-        self.background_color = self._render_background()
-
-    def training_background(self):
-        """What the backend composites training renders on (`settings.training_background`)."""
-        from .settings import training_background
-
-        return training_background(self.config, self.data_background)
-
-    def _render_background(self) -> torch.Tensor:
-        """Renders outside training (eval, previews; the viewer sets its own): the training
-        background, black for "random"."""
-        bg = self.training_background()
-        if isinstance(bg, tuple):
-            return torch.tensor(bg, dtype=torch.float32)
-        return torch.tensor([1.0, 1.0, 1.0] if bg == "white" else [0.0] * 3)
 
     @staticmethod
     def _try_lpips():

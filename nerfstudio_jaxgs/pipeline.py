@@ -21,17 +21,18 @@ from .checks import check_host_memory, check_scene, check_views
 from .errors import InputError, user_errors
 from .hooks import cache_images, install_pipeline_hooks, no_prompts, share_training_cache, take_training_cache, training_views
 from .model import NO_TORCH_LOSS
-from .settings import check_datamanager
+from .settings import backgrounds, check_datamanager
 
 log = logging.getLogger(__name__)
 
 
 def build_engine(model, dataset, scene_extent: float, max_steps: int, optimizers=None, camera_model: str = "pinhole",
-                 resume=None, datamanager=None):
+                 resume=None, datamanager=None, background=None):
     """The JAX trainer for `model`'s settings and Gaussians on `dataset` (its views drawn as
     `camera_model`; its images kept where `settings.images_place` says, from `datamanager`'s
     config), for a run ending at step `max_steps` (`optimizers`: nerfstudio's `--optimizers`
-    dict), resumed from `resume` (a checkpoint's `checkpoint.Loaded` training state) when given."""
+    dict), composited on `background` (`settings.Backgrounds.training`; None: the config's),
+    resumed from `resume` (a checkpoint's `checkpoint_entries.Loaded` training state) when given."""
     import jax
 
     from jax_backend import Trainer
@@ -42,7 +43,7 @@ def build_engine(model, dataset, scene_extent: float, max_steps: int, optimizers
     if resume is not None:  # before any engine is built for a run it cannot resume
         checkpoint_entries.check_resumable(resume)
     cfg = train_config(c, max_steps=max_steps, num_train_data=model.num_train_data, optimizers=optimizers,
-                       data_background=model.data_background, camera_model=camera_model)
+                       background=background, camera_model=camera_model)
     try:  # the capacity grows on the host as density control needs it
         images, device_bytes = images_place(c, datamanager)
         engine = Trainer(cfg, dataset, model.gaussians, scene_extent, log=print, layout=layout(c),
@@ -109,7 +110,9 @@ class JaxGSPipeline(VanillaPipeline):
             if self.model.config.init_ply is not None:
                 self._start_from_ply()
         outputs = getattr(self.datamanager, "train_dataparser_outputs", None)
-        self.model.set_data_background(getattr(outputs, "alpha_color", None))
+        alpha_color = getattr(outputs, "alpha_color", None)
+        self.backgrounds = backgrounds(self.model.config, None if alpha_color is None else alpha_color.tolist())
+        self.model.set_background(torch.tensor(self.backgrounds.rendered))  # what eval and the viewer draw on
 
     def _start_from_ply(self) -> None:
         """The model's Gaussians from --pipeline.model.init-ply (a checkpoint loaded afterwards,
@@ -194,7 +197,8 @@ class JaxGSPipeline(VanillaPipeline):
         if model == "fisheye":
             log.info(f"training the {len(sizes)} fisheye views as fisheyes, on their whole frames "
                      f"(--pipeline.model.fisheye native)")
-        self.engine = build_engine(self.model, data, extent, max_steps, optimizers, model, self.resume_from, dm.config)
+        self.engine = build_engine(self.model, data, extent, max_steps, optimizers, model, self.resume_from, dm.config,
+                                   background=self.backgrounds.training)
         self.resume_from = None  # in the engine now
         self._publish()
         return self.engine
@@ -257,7 +261,7 @@ class JaxGSPipeline(VanillaPipeline):
         viewmats, Ks, widths, heights = cameras_to_opencv(dataset.cameras[0:1])
         distortion = camera_model(dataset.cameras, 0, fisheye)[1]
         return Snapshots(out_dir, every, (viewmats[0], Ks[0], int(widths[0]), int(heights[0]), distortion),
-                         background=self.model.background_color.numpy())
+                         background=np.asarray(self.backgrounds.rendered, np.float32))
 
     def train_block(self, num_steps: int, max_steps: int, publish_lock=None) -> Dict[str, float]:
         """Run one compiled block. The model keeps serving the previous Gaussians (immutable JAX

@@ -8,6 +8,7 @@ with one line naming it when it is set away from its default (`UNSUPPORTED`). `-
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple, Union
 
 
 from .errors import InputError
@@ -220,14 +221,32 @@ def training_background(config, data_background=None):
     (splatfacto's default)."""
     if config.background_color != "auto":
         return config.background_color
-    return tuple(data_background) if data_background is not None else "random"
+    return tuple(float(c) for c in data_background) if data_background is not None else "random"
 
 
-def train_config(config, *, max_steps: int, num_train_data: int, optimizers: dict, data_background=None,
+class Backgrounds(NamedTuple):
+    """A run's backgrounds, resolved once (`backgrounds`)."""
+
+    training: Union[str, tuple]  # what training renders are composited on (`training_background`)
+    rendered: tuple  # (r, g, b) behind renders outside training: eval, previews, the viewer's first frame
+
+
+def backgrounds(config, data_background=None) -> Backgrounds:
+    """The backgrounds of a run with `config`, whose dataparser composites RGBA images on
+    `data_background` ((r, g, b) in [0, 1]; None when it does not): outside training the training
+    background, black for "random"."""
+    training = training_background(config, data_background)
+    if isinstance(training, tuple):
+        return Backgrounds(training, training)
+    return Backgrounds(training, (1.0, 1.0, 1.0) if training == "white" else (0.0, 0.0, 0.0))
+
+
+def train_config(config, *, max_steps: int, num_train_data: int, optimizers: dict, background=None,
                  camera_model: str = "pinhole"):
     """`jax_backend.TrainConfig` of a model config, in one pass: for a run ending at `max_steps` on
     `num_train_data` views drawn as `camera_model`, with nerfstudio's `--optimizers` and the colour
-    the dataparser composites RGBA images on (`data_background`, None when it does not)."""
+    the run's training background (`backgrounds(...).training`; None: the config's with no dataparser
+    colour)."""
     from jax_backend import TrainConfig, make_strategy
 
     check_supported(config)
@@ -247,7 +266,7 @@ def train_config(config, *, max_steps: int, num_train_data: int, optimizers: dic
                        camera_opt=camera_opt_config(config.camera_optimizer, optimizers),
                        bilateral=bilateral_config(config, optimizers),
                        sh_degree=config.sh_degree, sh_degree_interval=config.sh_degree_interval,
-                       ssim_lambda=config.ssim_lambda, background=training_background(config, data_background),
+                       ssim_lambda=config.ssim_lambda, background=backgrounds(config).training if background is None else background,
                        strategy=strat, num_downscales=config.num_downscales,
                        resolution_schedule=config.resolution_schedule,
                        full_resolution_at=config.full_resolution_at, optim=optim_config(optimizers),

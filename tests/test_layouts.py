@@ -143,7 +143,7 @@ def test_blender_rgba_follows_the_alpha_color(tmp_path, alpha_color):
     pipeline = _pipeline(BlenderDataParserConfig(data=tmp_path, alpha_color=alpha_color))
     images = _train_images(pipeline)
     expected = {"white": (1.0, 1.0, 1.0), "black": (0.0, 0.0, 0.0), None: "random"}[alpha_color]
-    assert pipeline.model.training_background() == expected
+    assert pipeline.backgrounds.training == expected
     if alpha_color is None:  # RGBA kept: the engine composites on its random background
         assert images[0].shape[-1] == 4
     else:

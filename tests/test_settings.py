@@ -16,7 +16,7 @@ from nerfstudio_jaxgs.config import (OPTIMIZERS, jax_gs_big_method, jax_gs_fast_
 from nerfstudio_jaxgs.errors import InputError  # noqa: E402
 from nerfstudio_jaxgs.model import JaxGSModelConfig  # noqa: E402
 from nerfstudio_jaxgs.initial import init_settings  # noqa: E402
-from nerfstudio_jaxgs.settings import optim_config, train_config, training_background  # noqa: E402
+from nerfstudio_jaxgs.settings import backgrounds, optim_config, train_config, training_background  # noqa: E402
 
 NUM_TRAIN = 10
 
@@ -24,7 +24,7 @@ NUM_TRAIN = 10
 def _backend_inputs(cfg, data_background=None):
     """Everything the backend receives from a model config."""
     return (train_config(cfg, max_steps=1000, num_train_data=NUM_TRAIN, optimizers=OPTIMIZERS,
-                         data_background=data_background),
+                         background=backgrounds(cfg, data_background).training),
             init_settings(cfg))
 
 
@@ -99,6 +99,10 @@ def test_background_follows_the_data():
     assert training_background(auto, (1.0, 1.0, 1.0)) == (1.0, 1.0, 1.0)  # blender-data composites on white
     assert training_background(auto, None) == "random"  # splatfacto's rule otherwise
     assert training_background(JaxGSModelConfig(background_color="black"), (1.0, 1.0, 1.0)) == "black"
+    # resolved once for the run: training's, and what renders outside training are drawn on
+    assert backgrounds(auto, None) == ("random", (0.0, 0.0, 0.0))
+    assert backgrounds(auto, [1.0, 1.0, 1.0]) == ((1.0, 1.0, 1.0), (1.0, 1.0, 1.0))
+    assert backgrounds(JaxGSModelConfig(background_color="white")) == ("white", (1.0, 1.0, 1.0))
 
 
 def test_optimizers_reach_the_adam_groups():
