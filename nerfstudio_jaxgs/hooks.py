@@ -41,6 +41,9 @@ ns-viewer, ns-export, ns-eval and ns-render of a jax-gs config; never for anothe
   ray, as the TSDF reads it), and its NeRF texturing step (`--texture-method nerf`, the default,
   again ray bundles) is skipped with one line: the mesh keeps the TSDF's vertex colours. Other
   methods' exports are left as they are.
+- `RenderStateMachine._render_img` (the viewer's render of a client's view, on its render thread)
+  runs inside `render_places.live_render`: a jax-gs model asks `in_live_render` to draw it on one device while a
+  block trains, and to time it (other models never ask).
 - `Viewer.init_scene` gains `viewer.move_to_a_training_camera_if_blind` on each browser's
   connection: a jax-gs scene's viewer opens at a training camera when its default camera sees
   nothing (forward-facing captures). Other methods' viewers are left as they are.
@@ -233,6 +236,24 @@ def install_first_view() -> None:
     Viewer.init_scene = _mark(init_scene)
 
 
+def install_live_renders() -> None:
+    """nerfstudio's viewer renders (`RenderStateMachine._render_img`, on its render threads) run
+    inside `live_render` (see the module docstring)."""
+    from nerfstudio.viewer.render_state_machine import RenderStateMachine
+
+    from .render_places import live_render
+
+    if _ours(RenderStateMachine._render_img):
+        return
+    original = RenderStateMachine._render_img
+
+    def _render_img(self, *args, **kwargs):
+        with live_render():
+            return original(self, *args, **kwargs)
+
+    RenderStateMachine._render_img = _mark(_render_img)
+
+
 def install_pipeline_hooks() -> None:
     """Everything a jax-gs pipeline needs, once per process (see the module docstring)."""
     from jax_backend import enable_compilation_cache, share_gpu_memory, skip_absent_accelerators, use_cpu_cores
@@ -247,6 +268,7 @@ def install_pipeline_hooks() -> None:
     install_atomic_export()
     install_mesh_export()
     install_first_view()
+    install_live_renders()
 
 
 def cache_images(datamanager, fisheye: str) -> None:

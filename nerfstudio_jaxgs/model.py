@@ -6,7 +6,6 @@ through DLPack. No math here: rendering and training are `jax_backend`'s."""
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,7 @@ from jax_backend import defaults
 from .bridge import to_torch
 from .cameras import camera_model, camera_model_problem, cameras_to_opencv
 from .errors import InputError
-from .render_places import RenderPlaces
+from .render_places import RenderPlaces, in_live_render
 
 log = logging.getLogger(__name__)
 
@@ -321,7 +320,7 @@ class JaxGSModel(SplatfactoModel):
     @torch.no_grad()
     def get_outputs_for_camera(self, camera, obb_box=None) -> Dict[str, torch.Tensor]:
         self.crop_box, t0 = obb_box, time.perf_counter()
-        live = self.view_timer is not None and type(threading.current_thread()).__name__ == "RenderStateMachine"
+        live = self.view_timer is not None and in_live_render()  # a viewer's render while this process trains
         try:
             out = self.render(camera.reshape((1,)) if camera.shape == () else camera[:1], live=live)
         finally:

@@ -3,7 +3,27 @@ there once per change of them (a block, a load), not per viewer frame (a copy pe
 frame: figure viewer-placement, benchmarks/results/library_figures.md)."""
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
+
+_render_thread = threading.local()
+
+
+@contextlib.contextmanager
+def live_render():
+    """While active, on this thread, renders are the viewer's own (`in_live_render`; entered by
+    the viewer's render threads: `hooks.install_live_renders`)."""
+    _render_thread.live = True
+    try:
+        yield
+    finally:
+        _render_thread.live = False
+
+
+def in_live_render() -> bool:
+    """Whether this thread is inside one of the viewer's renders."""
+    return getattr(_render_thread, "live", False)
 
 
 class RenderPlaces:

@@ -17,7 +17,10 @@ def _patched():
     from nerfstudio.scripts import exporter
     from nerfstudio.viewer.viewer import Viewer
 
-    return sys.excepthook, exporter.ExportGaussianSplat.__dict__["write_ply"].__func__, Viewer.init_scene
+    from nerfstudio.viewer.render_state_machine import RenderStateMachine
+
+    return (sys.excepthook, exporter.ExportGaussianSplat.__dict__["write_ply"].__func__, Viewer.init_scene,
+            RenderStateMachine._render_img)
 
 
 def test_hooks_install_once_and_mark_what_they_replace():

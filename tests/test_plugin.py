@@ -316,6 +316,8 @@ def test_a_viewer_render_while_training_runs_on_one_device(monkeypatch):
 
     from nerfstudio.cameras.cameras import Cameras
 
+    from nerfstudio_jaxgs.render_places import live_render
+
     model = _model()
     used, timed = [], []
     place = model.places.gaussians
@@ -324,12 +326,13 @@ def test_a_viewer_render_while_training_runs_on_one_device(monkeypatch):
     c2w[2, 3] = 6.0
     camera = Cameras(camera_to_worlds=c2w[None], fx=60.0, fy=60.0, cx=32.0, cy=24.0, width=64, height=48)
 
-    class RenderStateMachine(threading.Thread):  # named as nerfstudio's render thread
+    class RenderThread(threading.Thread):  # as nerfstudio's render thread, inside its (hooked) _render_img
         def run(self):
-            model.get_outputs_for_camera(camera)
+            with live_render():
+                model.get_outputs_for_camera(camera)
 
     def viewer_render():
-        thread = RenderStateMachine()
+        thread = RenderThread()
         thread.start()
         thread.join()
 
