@@ -171,7 +171,7 @@ def train(scene: str, data: Path, model, optimizers, steps: int):
                                                                      cache_images_type="uint8"), model=model)
     pipeline = cfg.setup(device="cpu", test_mode="val")
     pipeline.model.lpips = None  # offline machines have no LPIPS weights
-    engine = pipeline.ensure_engine(steps, optimizers)
+    engine = pipeline.start_engine(steps, optimizers)
     t0 = time.perf_counter()
     pipeline.train_block(engine.cfg.steps_per_block, steps)
     t1 = time.perf_counter()

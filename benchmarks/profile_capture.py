@@ -58,7 +58,7 @@ def load_engine(data: Path):
     cfg = JaxGSPipelineConfig(datamanager=FullImageDatamanagerConfig(dataparser=dp, cache_images_type="uint8"),
                               model=JaxGSModelConfig())
     pipeline = cfg.setup(device="cpu", test_mode="val")
-    return pipeline.ensure_engine(30_000, OPTIMIZERS)
+    return pipeline.start_engine(30_000, OPTIMIZERS)
 
 
 def grown(seed, n: int, key_seed: int = 0):

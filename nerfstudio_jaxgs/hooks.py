@@ -59,13 +59,13 @@ Once the pipeline is built, on its datamanager (`cache_images`, from `JaxGSPipel
   images are cached without pinning them (torch cannot pin memory without an NVIDIA driver).
 
 While the engine reads the training images, with several processes (`training_views`, a context
-manager, from `JaxGSPipeline.ensure_engine`):
+manager, from `JaxGSPipeline.start_engine`):
 - the datamanager's `train_dataset` is this host's share of the views (`pipeline.ViewShare`), so
   its cache reads and undistorts only those; its own dataset again afterwards, whose cameras then
   take the share's intrinsics after undistortion (as nerfstudio keeps them for the views it caches).
 
 When the engine has read the training images (`take_training_cache`, `share_training_cache`,
-from `JaxGSPipeline.ensure_engine`):
+from `JaxGSPipeline.start_engine`):
 - nerfstudio's cached training images (its `cached_train`, a cached property) are taken from the
   datamanager, so that each view is freed as the engine copies it (the images held once), and the
   cache is then set to views of the engine's host copy (nerfstudio still reads image sizes from it).

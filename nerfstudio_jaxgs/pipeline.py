@@ -101,7 +101,7 @@ class JaxGSPipeline(VanillaPipeline):
         with no_prompts(), user_errors(f"loading the scene {data}"):
             super().__init__(config, *args, **kwargs)
         cache_images(self.datamanager, self.model.config.fisheye)
-        self.engine = None  # jax_backend.Trainer, built on first training use (`ensure_engine`)
+        self.engine = None  # jax_backend.Trainer, built on first training use (`start_engine`)
         self.resume_from = None  # a loaded checkpoint's training state (`checkpoint.Loaded`) until the engine is built
         test_mode = kwargs.get("test_mode", args[1] if len(args) > 1 else "val")
         if test_mode == "val":  # training: every image it will read, before any compute
@@ -156,9 +156,10 @@ class JaxGSPipeline(VanillaPipeline):
         self._check_views(training=False)
         return super().get_average_eval_image_metrics(*args, **kwargs)
 
-    def ensure_engine(self, max_steps: int, optimizers=None):
-        """Build the on-device dataset and the engine on first use (not for viewing or export),
-        for a run ending at step `max_steps`; `optimizers`: nerfstudio's `--optimizers` dict."""
+    def start_engine(self, max_steps: int, optimizers=None):
+        """Build the on-device dataset and the engine, once, for a run ending at step `max_steps`
+        (`optimizers`: nerfstudio's `--optimizers` dict): the trainer's first act; viewing and export
+        never build one. Blocks then run on it (`train_block`); a second call returns it."""
         if self.engine is not None:
             return self.engine
         import jax
@@ -223,7 +224,7 @@ class JaxGSPipeline(VanillaPipeline):
 
     def load_state_dict(self, state_dict, strict=None):
         """A checkpoint's state (`checkpoint_entries.read`): the model shows its Gaussians, and a training
-        state goes into the engine (now, or when it is built: `ensure_engine`)."""
+        state goes into the engine (now, or when it is built: `start_engine`)."""
         model = "_model."
         loaded = checkpoint_entries.read({k[len(model):]: v for k, v in state_dict.items() if k.startswith(model)})
         torch.nn.Module.load_state_dict(self, {k: v for k, v in state_dict.items() if not k.startswith(model)},
@@ -267,7 +268,9 @@ class JaxGSPipeline(VanillaPipeline):
         """Run one compiled block. The model keeps serving the previous Gaussians (immutable JAX
         arrays) to the viewer while the block runs; only switching to the new ones happens under
         `publish_lock` (nerfstudio's train lock), so a viewer render waits at most for that."""
-        engine = self.ensure_engine(max_steps)
+        engine = self.engine
+        if engine is None:
+            raise RuntimeError("train_block before start_engine: the engine is built once, by start_engine")
         metrics, info = engine.run_block(num_steps)
         with publish_lock if publish_lock is not None else contextlib.nullcontext():
             self._publish()

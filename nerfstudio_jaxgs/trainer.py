@@ -169,7 +169,7 @@ class JaxGSTrainer(Trainer):
         end = self._start_step + self.config.max_num_iterations
         self.stop_training = False
         with self.train_lock:
-            self.pipeline.ensure_engine(end, self.config.optimizers)
+            self.pipeline.start_engine(end, self.config.optimizers)
         snapshots = self.pipeline.make_snapshots(self.base_dir / "snapshots") if main else None
         try:
             with Interrupts() as interrupts:

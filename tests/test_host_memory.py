@@ -64,7 +64,7 @@ pipeline = JaxGSPipelineConfig(datamanager=dm, model=JaxGSModelConfig(num_random
 import gc; gc.collect()
 before = status("VmRSS:")
 open("/proc/self/clear_refs", "w").write("5")  # the peak counted from here
-engine = pipeline.ensure_engine(10)
+engine = pipeline.start_engine(10)
 images = np.asarray(engine.data.images)
 cached = pipeline.datamanager.cached_train[0]["image"].numpy()
 print(json.dumps(dict(before=before, peak=status("VmHWM:"), after=status("VmRSS:"), images=int(images.nbytes),
@@ -117,7 +117,7 @@ def test_a_capture_larger_than_the_host_memory_stops_before_caching(monkeypatch,
     monkeypatch.setattr(checks, "available_memory", lambda: 2**30)
     p = pipeline()
     assert "less than 2 GiB is left for training" in capsys.readouterr().out
-    assert p.ensure_engine(10).data.num_views > 0
+    assert p.start_engine(10).data.num_views > 0
 
 
 def test_a_block_on_two_cpu_devices_keeps_no_copy_of_the_image_table():

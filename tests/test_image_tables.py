@@ -115,7 +115,7 @@ def test_fox_trains_the_same_with_its_images_on_the_host(capsys):
     runs = {"device": _fox_pipeline(), "cpu": _fox_pipeline(cache_images="cpu"),
             "auto": _fox_pipeline(device_memory_gb=0.004)}  # the fox's 61 images take 0.01 GiB
     rays = {name: p.datamanager.get_train_rays_per_batch() for name, p in runs.items()}  # from nerfstudio's cache
-    wheres = {name: p.ensure_engine(100).images_where for name, p in runs.items()}
+    wheres = {name: p.start_engine(100).images_where for name, p in runs.items()}
     assert wheres == {"device": "device", "cpu": "host", "auto": "host"}
     out = capsys.readouterr().out
     assert "training images (0.01 GiB) stay in host memory (--pipeline.datamanager.cache-images cpu)" in out

@@ -203,7 +203,7 @@ def test_rgba_pngs_among_rgb_jpegs_train(tmp_path):
     (tmp_path / "transforms.json").write_text(json.dumps(meta))
     pipeline = _pipeline(NerfstudioDataParserConfig(data=tmp_path))
     assert {im.shape[-1] for im in _train_images(pipeline)} == {3, 4}
-    images = np.asarray(pipeline.ensure_engine(10).data.images)
+    images = np.asarray(pipeline.start_engine(10).data.images)
     centre = images[:, images.shape[1] // 2, images.shape[2] // 2, 3]
     assert images.shape[-1] == 4 and set(centre.tolist()) == {200, 255}
 
@@ -225,7 +225,7 @@ def test_camera_optimizer_reaches_the_engine_and_the_viewer(tmp_path):
     cfg = JaxGSPipelineConfig(datamanager=FullImageDatamanagerConfig(dataparser=NerfstudioDataParserConfig(data=FOX),
                                                                      cache_images_type="uint8"), model=model)
     pipeline = cfg.setup(device="cpu", test_mode="val")
-    engine = pipeline.ensure_engine(100, OPTIMIZERS)
+    engine = pipeline.start_engine(100, OPTIMIZERS)
     assert engine.cfg.camera_opt.mode == "SO3xR3" and engine.cfg.camera_opt.optimizer.warmup_steps == 1000
     pipeline.train_block(10, 100)
     deltas = np.asarray(engine.state.cameras.deltas)
@@ -254,7 +254,7 @@ def test_camera_resolution_scale_reaches_the_engine():
     dm = FullImageDatamanagerConfig(dataparser=NerfstudioDataParserConfig(data=FOX), cache_images_type="uint8",
                                     camera_res_scale_factor=0.5)
     pipeline = JaxGSPipelineConfig(datamanager=dm, model=JaxGSModelConfig()).setup(device="cpu", test_mode="val")
-    data = pipeline.ensure_engine(100).data
+    data = pipeline.start_engine(100).data
     cams = pipeline.datamanager.train_dataset.cameras
     assert (data.width, data.height) == (int(cams.width[0]), int(cams.height[0]))
     assert abs(data.width - meta["w"] / 2) <= 2 and abs(data.height - meta["h"] / 2) <= 2
@@ -282,6 +282,7 @@ def _pinhole_mismatch(undistorted, K_u, original, K_o):
 def _train_evaluate_render(pipeline):
     """One 5-step block, one evaluation (finite loss and PSNR), and the model's render of the next
     evaluation camera: (that camera, the render)."""
+    pipeline.start_engine(5)
     stats = pipeline.train_block(5, 5)
     assert np.isfinite(stats["loss"])
     metrics, _ = pipeline.get_eval_image_metrics_and_images(step=5)
@@ -302,7 +303,7 @@ def test_undistorted_opencv_fisheye_capture_trains_evaluates_and_renders(tmp_pat
     pipeline = _pipeline(NerfstudioDataParserConfig(data=tmp_path), fisheye="undistorted")
     pipeline.model.config.steps_per_block = 5
     dm = pipeline.datamanager
-    engine = pipeline.ensure_engine(5)
+    engine = pipeline.start_engine(5)
     cams = dm.train_dataset.cameras
     K_u = cams.get_intrinsics_matrices()[0].numpy().astype(np.float64)
     assert abs(K_u[0, 0] - K_o[0, 0]) > 2  # undistortion changed the focal length
@@ -363,7 +364,7 @@ def test_native_opencv_fisheye_capture_trains_on_its_whole_frame(tmp_path):
     pipeline = _pipeline(NerfstudioDataParserConfig(data=tmp_path))
     pipeline.model.config.steps_per_block = 5
     dm = pipeline.datamanager
-    engine = pipeline.ensure_engine(5)
+    engine = pipeline.start_engine(5)
     assert engine.cfg.camera_model == "fisheye"
     cams = dm.train_dataset.cameras
     np.testing.assert_allclose(cams.distortion_params.numpy()[:, :4], np.tile(coeffs, (len(cams), 1)), rtol=1e-6)
@@ -432,9 +433,9 @@ def test_each_host_reads_and_undistorts_only_its_share_of_the_views(tmp_path, mo
     monkeypatch.setattr(jax, "process_count", lambda: 2)
     monkeypatch.setattr(jax, "process_index", lambda: 1)
     monkeypatch.setattr(plugin_pipeline, "build_engine",
-                        lambda model, data, extent, *a: seen.update(data=data, extent=extent) or SimpleNamespace(
+                        lambda model, data, extent, *a, **kw: seen.update(data=data, extent=extent) or SimpleNamespace(
                             kept_gaussians=lambda: model.gaussians, step=0, cameras=None))
-    pipeline.ensure_engine(5)
+    pipeline.start_engine(5)
     mine = list(range(1, len(everything), 2))
     data = seen["data"]
     assert len(dm.cached_train) == data.num_views == len(mine)  # read: this host's share alone

@@ -303,7 +303,7 @@ def test_viewer_is_not_locked_out_while_a_block_runs():
     def publish():
         seen["during_sync"] = free()
 
-    fake = SimpleNamespace(ensure_engine=lambda m: SimpleNamespace(run_block=run_block), _publish=publish)
+    fake = SimpleNamespace(engine=SimpleNamespace(run_block=run_block), _publish=publish)
     out = JaxGSPipeline.train_block(fake, 10, 100, publish_lock=lock)
     assert seen == {"during_block": True, "during_sync": False} and out["gaussian_count"] == 5
 
