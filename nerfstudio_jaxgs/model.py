@@ -315,7 +315,7 @@ class JaxGSModel(SplatfactoModel):
     def get_outputs(self, camera) -> Dict[str, torch.Tensor]:
         return self.render(camera)
 
-    view_timer = None  # the trainer's `viewer.LiveView.rendered`: told each viewer render's seconds
+    view_timer = None  # `JaxGSPipeline.time_live_renders`: told each viewer render's seconds while training
 
     @torch.no_grad()
     def get_outputs_for_camera(self, camera, obb_box=None) -> Dict[str, torch.Tensor]:

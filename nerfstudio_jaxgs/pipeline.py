@@ -264,6 +264,19 @@ class JaxGSPipeline(VanillaPipeline):
         return Snapshots(out_dir, every, (viewmats[0], Ks[0], int(widths[0]), int(heights[0]), distortion),
                          background=np.asarray(self.backgrounds.rendered, np.float32))
 
+    def snapshot(self, snapshots) -> None:
+        """The engine's state to `snapshots` (`make_snapshots`'s) when one is due."""
+        snapshots(self.engine)
+
+    def rays_per_step(self) -> int:
+        """The pixels a training step renders (nerfstudio's rays per batch, times the step's views)."""
+        return self.datamanager.get_train_rays_per_batch() * self.engine.views_per_step
+
+    def time_live_renders(self, rendered) -> None:
+        """While this process trains: each of the viewer's renders drawn on one device and its
+        seconds told to `rendered` (the trainer's `viewer.LiveView`)."""
+        self.model.view_timer = rendered
+
     def train_block(self, num_steps: int, max_steps: int, publish_lock=None) -> Dict[str, float]:
         """Run one compiled block. The model keeps serving the previous Gaussians (immutable JAX
         arrays) to the viewer while the block runs; only switching to the new ones happens under

@@ -139,7 +139,7 @@ class JaxGSTrainer(Trainer):
         live = getattr(self, "_live_view", None)
         if live is None:
             live = self._live_view = LiveView()
-            self.pipeline.model.view_timer = live.rendered
+            self.pipeline.time_live_renders(live.rendered)
         try:
             live.after_block(viewer, step, time.monotonic())
         except RuntimeError:  # as nerfstudio: a viewer hiccup does not stop training
@@ -249,12 +249,11 @@ class JaxGSTrainer(Trainer):
             for s in range(before, done):  # per-step time for the progress table and the viewer
                 writer.put_time(name=EventName.ITER_TRAIN_TIME, duration=dt / n, step=s, avg_over_steps=True)
             writer.put_time(name=EventName.TRAIN_RAYS_PER_SEC,
-                            duration=self.pipeline.datamanager.get_train_rays_per_batch()
-                            * self.pipeline.engine.views_per_step / max(dt / n, 1e-6),
+                            duration=self.pipeline.rays_per_step() / max(dt / n, 1e-6),
                             step=step, avg_over_steps=True)
             if snapshots is not None:
                 snapshots.check()  # out of space: stop here, the checkpoints would not fit either
-                snapshots(self.pipeline.engine)  # written by a background thread
+                self.pipeline.snapshot(snapshots)  # written by a background thread
             self._update_viewer_state(step)
             if crossed(before - 1, step, self.config.logging.steps_per_log) or before == 0:
                 writer.put_scalar(name="Train Loss", scalar=stats["loss"], step=step)

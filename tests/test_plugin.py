@@ -338,7 +338,7 @@ def test_a_viewer_render_while_training_runs_on_one_device(monkeypatch):
 
     viewer_render()  # no training in this process: the render layout
     model.get_outputs_for_camera(camera)
-    model.view_timer = timed.append  # as the trainer does when it trains with the viewer
+    model.view_timer = timed.append  # as the pipeline does when its trainer trains with the viewer (time_live_renders)
     model.get_outputs_for_camera(camera)  # eval's, between blocks
     viewer_render()
     live = model.places.live
