@@ -41,8 +41,8 @@ ns-viewer, ns-export, ns-eval and ns-render of a jax-gs config; never for anothe
   ray, as the TSDF reads it), and its NeRF texturing step (`--texture-method nerf`, the default,
   again ray bundles) is skipped with one line: the mesh keeps the TSDF's vertex colours. Other
   methods' exports are left as they are.
-- `RenderStateMachine._render_img` (the viewer's render of a client's view, on its render thread)
-  runs inside `render_places.live_render`: a jax-gs model asks `in_live_render` to draw it on one device while a
+- `RenderStateMachine.run` (the thread that renders a viewer client's views, started once the
+  viewer is up, after the pipeline) runs inside `render_places.live_render`: a jax-gs model asks `in_live_render` to draw it on one device while a
   block trains, and to time it (other models never ask).
 - `Viewer.init_scene` gains `viewer.move_to_a_training_camera_if_blind` on each browser's
   connection: a jax-gs scene's viewer opens at a training camera when its default camera sees
@@ -237,21 +237,21 @@ def install_first_view() -> None:
 
 
 def install_live_renders() -> None:
-    """nerfstudio's viewer renders (`RenderStateMachine._render_img`, on its render threads) run
-    inside `live_render` (see the module docstring)."""
+    """nerfstudio's viewer render threads (`RenderStateMachine.run`: each client's thread, which
+    renders its views) run inside `live_render` (see the module docstring)."""
     from nerfstudio.viewer.render_state_machine import RenderStateMachine
 
     from .render_places import live_render
 
-    if _ours(RenderStateMachine._render_img):
+    if _ours(RenderStateMachine.run):
         return
-    original = RenderStateMachine._render_img
+    original = RenderStateMachine.run
 
-    def _render_img(self, *args, **kwargs):
+    def run(self, *args, **kwargs):
         with live_render():
             return original(self, *args, **kwargs)
 
-    RenderStateMachine._render_img = _mark(_render_img)
+    RenderStateMachine.run = _mark(run)
 
 
 def install_pipeline_hooks() -> None:

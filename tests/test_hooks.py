@@ -20,7 +20,7 @@ def _patched():
     from nerfstudio.viewer.render_state_machine import RenderStateMachine
 
     return (sys.excepthook, exporter.ExportGaussianSplat.__dict__["write_ply"].__func__, Viewer.init_scene,
-            RenderStateMachine._render_img)
+            RenderStateMachine.run)
 
 
 def test_hooks_install_once_and_mark_what_they_replace():

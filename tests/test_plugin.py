@@ -326,7 +326,7 @@ def test_a_viewer_render_while_training_runs_on_one_device(monkeypatch):
     c2w[2, 3] = 6.0
     camera = Cameras(camera_to_worlds=c2w[None], fx=60.0, fy=60.0, cx=32.0, cy=24.0, width=64, height=48)
 
-    class RenderThread(threading.Thread):  # as nerfstudio's render thread, inside its (hooked) _render_img
+    class RenderThread(threading.Thread):  # as nerfstudio's render thread, whose (hooked) run is a live render
         def run(self):
             with live_render():
                 model.get_outputs_for_camera(camera)
