@@ -117,11 +117,14 @@ def report(rows: list, targets: list) -> str:
     lines = ["# bytes per unit in training, from the compiled train block's memory analysis (per device):"]
     by = {t: {r["point"]: r for r in rows if r["target"] == t and "error" not in r} for t in targets}
     cost = {t: costs(by[t]) for t in targets if len(by[t]) == len(POINTS)}
-    for t in targets:  # some points only (--points): the Gaussian's cost where both its points are there
-        if t not in cost and {"base", "gaussians"} <= set(by[t]):
-            mcmc = (f", MCMC {(by[t]['mcmc-gaussians']['bytes'] - by[t]['mcmc']['bytes']) / SLOTS:.0f}"
-                    if {"mcmc", "mcmc-gaussians"} <= set(by[t]) else "")
-            lines.append(f"{t:>9} a Gaussian: {(by[t]['gaussians']['bytes'] - by[t]['base']['bytes']) / SLOTS:.0f} B{mcmc}")
+    for t in targets:  # some points only (--points): a Gaussian's cost where both of its points are there
+        if t in cost:
+            continue
+        per = {name: (by[t][big]["bytes"] - by[t][small]["bytes"]) / SLOTS
+               for name, small, big in (("a Gaussian", "base", "gaussians"), ("MCMC", "mcmc", "mcmc-gaussians"))
+               if {small, big} <= set(by[t])}
+        if per:
+            lines.append(f"{t:>9} " + ", ".join(f"{name}: {b:.0f} B" for name, b in per.items()))
     lines.append(f"{'target':>9} {'Gaussian':>9} {'(MCMC)':>8} {'buffer slot':>11} {'image px':>9} "
                  f"{'host table px':>13} {'step px':>8} {'fixed MiB':>9}")
     for t, c in cost.items():
