@@ -42,8 +42,9 @@ ns-viewer, ns-export, ns-eval and ns-render of a jax-gs config; never for anothe
   again ray bundles) is skipped with one line: the mesh keeps the TSDF's vertex colours. Other
   methods' exports are left as they are.
 - `RenderStateMachine.run` (the thread that renders a viewer client's views, started once the
-  viewer is up, after the pipeline) runs inside `render_places.live_render`: a jax-gs model asks `in_live_render` to draw it on one device while a
-  block trains, and to time it (other models never ask).
+  viewer is up, after the pipeline) runs inside `render_places.live_render`: a jax-gs model asks
+  `in_live_render` to draw it on one device while a block trains, and to time it (other models
+  never ask).
 - `Viewer.init_scene` gains `viewer.move_to_a_training_camera_if_blind` on each browser's
   connection: a jax-gs scene's viewer opens at a training camera when its default camera sees
   nothing (forward-facing captures). Other methods' viewers are left as they are.

@@ -19,7 +19,8 @@ from . import checkpoint_entries
 from .cameras import camera_model, cameras_to_opencv, training_camera_model
 from .checks import check_host_memory, check_scene, check_views
 from .errors import InputError, user_errors
-from .hooks import cache_images, install_pipeline_hooks, no_prompts, share_training_cache, take_training_cache, training_views
+from .hooks import (cache_images, install_pipeline_hooks, no_prompts, share_training_cache, take_training_cache,
+                    training_views)
 from .model import NO_TORCH_LOSS
 from .settings import backgrounds, check_datamanager
 
@@ -178,7 +179,8 @@ class JaxGSPipeline(VanillaPipeline):
             share = ViewShare(full, mine)
         with training_views(dm, share) as views:
             with user_errors("reading the training images"):
-                cached = take_training_cache(dm)  # uint8 images, undistorted unless drawn natively (rewrites their intrinsics)
+                # uint8 images, undistorted unless drawn natively (which rewrites their intrinsics)
+                cached = take_training_cache(dm)
             _, Ks, _, _ = cameras_to_opencv(views.cameras)
             fisheye = self.model.config.fisheye
             model = training_camera_model(views.cameras, fisheye, lambda i: f"training view {i}")

@@ -212,7 +212,8 @@ class Surfels2D(SplatKind):
     def _check_camera(camera_model: str) -> None:
         if camera_model != "pinhole":
             raise SettingError("camera_model", f"2DGS draws pinhole cameras only (a {camera_model} camera's rays "
-                                               "do not meet a disk through one projective map): undistort the images first")
+                                               "do not meet a disk through one projective map): undistort the "
+                                               "images first")
 
     def started(self, params: dict) -> dict:
         return as_surfels(params)
