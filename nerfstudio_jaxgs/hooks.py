@@ -16,6 +16,12 @@ At the import of the method config (`config.py`: every ns-* command imports it, 
   `nerfstudio_jaxgs`, INFO and up, printed as `[jax-gs] ...` lines on stdout (no other logger is
   touched; `logging.getLogger("jax_backend").setLevel(...)` quiets or widens them).
 
+When ns-train saves a jax-gs run's config (`install_one_process_launch`, from
+`JaxGSTrainerConfig.save_config`, which nerfstudio's `main` calls just before its `launch`):
+- nerfstudio's `launch` runs a jax-gs run in this one process, not N torch DDP processes or a
+  torch process group: the trainer reads the `--machine.*` flags, left as given, as JAX devices
+  and JAX's multi-host runtime (`settings.machine`). Other methods' launches are left as they are.
+
 When a jax-gs pipeline is built (`install_pipeline_hooks`, from `JaxGSPipeline.__init__`: ns-train,
 ns-viewer, ns-export, ns-eval and ns-render of a jax-gs config; never for another method):
 - the process is marked a jax-gs run (the excepthook above acts from then on).
@@ -253,6 +259,23 @@ def install_live_renders() -> None:
             return original(self, *args, **kwargs)
 
     RenderStateMachine.run = _mark(run)
+
+
+def install_one_process_launch() -> None:
+    """In ns-train (its module loaded), nerfstudio's `launch` of a jax-gs run: one process (see the
+    module docstring)."""
+    train = sys.modules.get("nerfstudio.scripts.train")
+    if train is None or not hasattr(train, "launch") or _ours(train.launch):
+        return
+    original = train.launch
+
+    def launch(main_func, num_devices_per_machine, num_machines=1, machine_rank=0, dist_url="auto", config=None,
+               **kwargs):
+        if type(config).__module__.startswith(__package__ + "."):  # a jax-gs trainer config
+            num_devices_per_machine, num_machines, machine_rank = 1, 1, 0  # JAX's devices and hosts, not DDP's
+        return original(main_func, num_devices_per_machine, num_machines, machine_rank, dist_url, config, **kwargs)
+
+    train.launch = _mark(launch)
 
 
 def install_pipeline_hooks() -> None:

@@ -28,12 +28,12 @@ log = logging.getLogger(__name__)
 
 
 def build_engine(model, dataset, scene_extent: float, max_steps: int, optimizers=None, camera_model: str = "pinhole",
-                 resume=None, datamanager=None, background=None):
+                 resume=None, datamanager=None, background=None, replicas=None):
     """The JAX trainer for `model`'s settings and Gaussians on `dataset` (its views drawn as
     `camera_model`; its images kept where `settings.images_place` says, from `datamanager`'s
     config), for a run ending at step `max_steps` (`optimizers`: nerfstudio's `--optimizers`
-    dict), composited on `background` (`settings.Backgrounds.training`; None: the config's),
-    resumed from `resume` (a checkpoint's `checkpoint_entries.Loaded` training state) when given."""
+    dict), composited on `background` (`settings.Backgrounds.training`; None: the config's), on
+    `replicas` data-parallel devices (`settings.Machine.replicas`; None: the config's), resumed from `resume` (a checkpoint's `checkpoint_entries.Loaded` training state) when given."""
     import jax
 
     from jax_backend import Trainer
@@ -47,7 +47,7 @@ def build_engine(model, dataset, scene_extent: float, max_steps: int, optimizers
                        background=background, camera_model=camera_model)
     try:  # the capacity grows on the host as density control needs it
         images, device_bytes = images_place(c, datamanager)
-        engine = Trainer(cfg, dataset, model.gaussians, scene_extent, log=print, layout=layout(c),
+        engine = Trainer(cfg, dataset, model.gaussians, scene_extent, log=print, layout=layout(c, replicas=replicas),
                          views_per_device=c.views_per_device, images=images, device_bytes=device_bytes)
     except ValueError as e:  # the engine's own checks of the settings (views per step against the views)
         raise InputError(f"device settings: {e}") from None
@@ -157,10 +157,11 @@ class JaxGSPipeline(VanillaPipeline):
         self._check_views(training=False)
         return super().get_average_eval_image_metrics(*args, **kwargs)
 
-    def start_engine(self, max_steps: int, optimizers=None):
+    def start_engine(self, max_steps: int, optimizers=None, replicas=None):
         """Build the on-device dataset and the engine, once, for a run ending at step `max_steps`
-        (`optimizers`: nerfstudio's `--optimizers` dict): the trainer's first act; viewing and export
-        never build one. Blocks then run on it (`train_block`); a second call returns it."""
+        (`optimizers`: nerfstudio's `--optimizers` dict) on `replicas` data-parallel devices
+        (`settings.Machine.replicas`; None: the model's num-devices): the trainer's first act;
+        viewing and export never build one. Blocks then run on it (`train_block`); a second call returns it."""
         if self.engine is not None:
             return self.engine
         import jax
@@ -201,7 +202,7 @@ class JaxGSPipeline(VanillaPipeline):
             log.info(f"training the {len(sizes)} fisheye views as fisheyes, on their whole frames "
                      f"(--pipeline.model.fisheye native)")
         self.engine = build_engine(self.model, data, extent, max_steps, optimizers, model, self.resume_from, dm.config,
-                                   background=self.backgrounds.training)
+                                   background=self.backgrounds.training, replicas=replicas)
         self.resume_from = None  # in the engine now
         self._publish()
         return self.engine

@@ -8,7 +8,7 @@ with one line naming it when it is set away from its default (`UNSUPPORTED`). `-
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple, Union
+from typing import NamedTuple, Optional, Union
 
 
 from .errors import InputError
@@ -197,10 +197,49 @@ def camera_opt_config(camera_optimizer, optimizers: dict):
     return CameraOptConfig(**settings, optimizer=group_config("camera_opt", optimizers, CameraOptConfig().optimizer))
 
 
-def layout(config, for_rendering: bool = False):
-    """The run's `jax_backend.Layout` from num-devices (data-parallel replicas; --machine.num-devices
-    sets it too) and tile-devices, 0 meaning automatic for either; one line naming the settings
-    when they do not fit this host. `for_rendering`: the layout the viewer's and eval's renders
+class Machine(NamedTuple):
+    """nerfstudio's `--machine.*` flags as jax-gs runs them (`machine`): one process per host, never
+    torch's DDP processes or process group."""
+
+    replicas: int  # data-parallel devices on this host: --machine.num-devices, else the model's num-devices (0: all)
+    processes: int  # JAX processes training together (jax.distributed): --machine.num-machines
+    process_id: Optional[int]  # this one's index (--machine.machine-rank); None: JAX finds it (dist-url auto)
+    coordinator: Optional[str]  # process 0's HOST:PORT (--machine.dist-url); None: JAX finds it or one process
+
+
+def machine(machine_config, model_config) -> Machine:
+    """The run's `Machine` from nerfstudio's machine config and the model's num-devices, with one
+    line naming the flags that do not go together. `--machine.num-devices N` would start N torch DDP
+    processes (CUDA only): jax-gs trains on N local JAX devices in one process instead.
+    `--machine.num-machines N --machine.machine-rank R --machine.dist-url tcp://HOST:PORT` (or
+    `auto` on a TPU pod slice) would start torch's process group: jax-gs starts JAX's multi-host
+    runtime instead (`jax.distributed`), every process's devices train one program."""
+    from jax_backend.training.distributed import coordinator_address
+
+    m, devices = machine_config, model_config.num_devices
+    if m.num_devices > 1 and devices not in (0, m.num_devices):
+        raise InputError(f"--machine.num-devices {m.num_devices} and --pipeline.model.num-devices {devices} "
+                         f"disagree")
+    replicas = m.num_devices if m.num_devices > 1 else devices
+    if m.num_machines <= 1:
+        return Machine(replicas, 1, 0, None)
+    n, rank = m.num_machines, m.machine_rank
+    if not 0 <= rank < n:
+        raise InputError(f"--machine.machine-rank {rank}: must be between 0 and {n - 1} (--machine.num-machines {n})")
+    if m.num_devices > 1:
+        raise InputError(f"--machine.num-devices {m.num_devices} with --machine.num-machines {n}: each host's one "
+                         f"jax-gs process trains on all its JAX devices; leave it at 1")
+    try:
+        coordinator = coordinator_address(m.dist_url)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    return Machine(replicas, n, None if coordinator is None else rank, coordinator)
+
+
+def layout(config, for_rendering: bool = False, replicas: Optional[int] = None):
+    """The run's `jax_backend.Layout` from `replicas` (data-parallel devices: `Machine.replicas`;
+    None: the model's num-devices) and tile-devices, 0 meaning automatic for either; one line
+    naming the settings when they do not fit this host. `for_rendering`: the layout the viewer's and eval's renders
     use (one replica, tile-devices fitted to this host's devices: a config written on a larger
     machine still renders here)."""
     from jax_backend import make_layout
@@ -208,11 +247,13 @@ def layout(config, for_rendering: bool = False):
     try:
         if for_rendering:
             return make_layout(replicas=1, tile_devices=config.tile_devices, clamp_tile_devices=True)
-        return make_layout(replicas=config.num_devices, tile_devices=config.tile_devices)
+        replicas = config.num_devices if replicas is None else replicas
+        return make_layout(replicas=replicas, tile_devices=config.tile_devices)
     except ValueError as e:
         text = str(e).replace("replicas", "num-devices").replace("tile_devices", "tile-devices")
-        raise InputError(f"device settings (--pipeline.model.num-devices {config.num_devices}, "
-                         f"--pipeline.model.tile-devices {config.tile_devices}): {text}") from None
+        raise InputError(f"device settings (num-devices {replicas} from --machine.num-devices or "
+                         f"--pipeline.model.num-devices, --pipeline.model.tile-devices {config.tile_devices}): "
+                         f"{text}") from None
 
 
 def training_background(config, data_background=None):

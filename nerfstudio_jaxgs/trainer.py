@@ -11,10 +11,9 @@ import time
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Type
+from typing import Type
 
 import torch
-import tyro
 from nerfstudio.engine.trainer import Trainer, TrainerConfig
 from nerfstudio.utils import writer
 from nerfstudio.utils.decorators import check_main_thread, check_viewer_enabled
@@ -24,7 +23,9 @@ from jax_backend.files import atomic_open, remove_stale_temps
 from jax_backend.training.schedule import crossed  # light: no JAX import at config time
 
 from .errors import InputError
+from .hooks import install_one_process_launch
 from .resume import SIGNALS, Interrupts, resolve_load_dir, resume_command, say_last
+from .settings import machine
 from .viewer import LiveView
 
 log = logging.getLogger(__name__)
@@ -32,69 +33,26 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class JaxGSTrainerConfig(TrainerConfig):
+    """nerfstudio's trainer config. Its `--machine.*` flags are read as `settings.machine` says
+    (one process per host, JAX's devices and multi-host runtime, never torch's DDP): ns-train's
+    `launch` runs this one process (`hooks.install_one_process_launch`), and no flag is rewritten."""
+
     _target: Type = field(default_factory=lambda: JaxGSTrainer)
-    jax_processes: tyro.conf.Suppress[int] = 1
-    """Processes training together through jax.distributed (from --machine.num-machines)."""
-    jax_process_id: tyro.conf.Suppress[Optional[int]] = 0
-    """This process's index among them (from --machine.machine-rank; None with --machine.dist-url
-    auto until JAX says): 0 writes everything."""
-    jax_coordinator: tyro.conf.Suppress[Optional[str]] = None
-    """Process 0's HOST:PORT (from --machine.dist-url; None: JAX finds it, on a TPU pod slice)."""
-
-    def __post_init__(self) -> None:
-        """nerfstudio's machine flags, as JAX runs them. `--machine.num-devices N` would start N torch
-        DDP processes (CUDA only): jax-gs trains on N local JAX devices in this one process instead
-        (the model's num-devices). `--machine.num-machines N --machine.machine-rank R
-        --machine.dist-url tcp://HOST:PORT` (or `auto` on a TPU pod slice) would start torch's process
-        group: jax-gs starts JAX's multi-host runtime instead (`jax.distributed`, in `JaxGSTrainer`),
-        every process's devices train one program, and process 0 alone writes the config,
-        checkpoints, logs and the viewer."""
-        machine, model = self.machine, self.pipeline.model
-        if machine.num_machines > 1:
-            self._as_jax_processes(machine)
-        if machine.num_devices > 1:
-            if model.num_devices not in (0, machine.num_devices):
-                raise SystemExit(f"jax-gs: error: --machine.num-devices {machine.num_devices} and "
-                                 f"--pipeline.model.num-devices {model.num_devices} disagree")
-            model.num_devices, machine.num_devices = machine.num_devices, 1
-
-
-    def _as_jax_processes(self, machine) -> None:
-        from jax_backend.training.distributed import coordinator_address
-
-        n, rank = machine.num_machines, machine.machine_rank
-        if not 0 <= rank < n:
-            raise SystemExit(f"jax-gs: error: --machine.machine-rank {rank}: must be between 0 and {n - 1} "
-                             f"(--machine.num-machines {n})")
-        if machine.num_devices > 1:
-            raise SystemExit(f"jax-gs: error: --machine.num-devices {machine.num_devices} with --machine.num-machines "
-                             f"{n}: each host's one jax-gs process trains on all its JAX devices; leave it at 1")
-        try:
-            coordinator = coordinator_address(machine.dist_url)
-        except ValueError as e:
-            raise SystemExit(f"jax-gs: error: {e}") from None
-        # with auto JAX finds the coordinator and this process's rank (a TPU pod slice's workers)
-        self.jax_processes, self.jax_coordinator = n, coordinator
-        # nerfstudio's launch then runs this one process, with no torch process group
-        machine.num_machines, machine.machine_rank = 1, 0
-        self.set_process_id(None if coordinator is None else rank)
-
-    def set_process_id(self, rank: Optional[int]) -> None:
-        """This process's rank among the JAX processes (None: not known until JAX starts)."""
-        self.jax_process_id = rank
-        if rank:  # copies: the sub-configs may be shared with the method's defaults
-            local = dataclasses.replace(self.logging.local_writer, enable=False)  # process 0 prints the progress
-            self.logging = dataclasses.replace(self.logging, local_writer=local)
-            self.viewer = dataclasses.replace(self.viewer, quit_on_train_completion=True)  # and keeps the viewer
 
     @property
     def main_process(self) -> bool:
-        """Whether this process writes (the only one, or process 0 of several)."""
-        return self.jax_process_id == 0
+        """Whether this process writes the config, checkpoints, logs and the viewer: the only one,
+        or process 0 of several (with --machine.dist-url auto, not known until JAX has started)."""
+        from jax_backend.training.distributed import started_process_index
+
+        rank = machine(self.machine, self.pipeline.model).process_id
+        return (started_process_index() if rank is None else rank) == 0
 
     def save_config(self) -> None:
         """nerfstudio's, by process 0 alone (a rank JAX has not given yet: once it has,
-        `JaxGSTrainer`)."""
+        `JaxGSTrainer`). ns-train saves the config just before its `launch`: the hook that makes
+        that launch one process is installed here."""
+        install_one_process_launch()
         if self.main_process:
             super().save_config()
 
@@ -116,15 +74,19 @@ class JaxGSTrainerConfig(TrainerConfig):
 
 class JaxGSTrainer(Trainer):
     def __init__(self, config: JaxGSTrainerConfig, local_rank: int = 0, world_size: int = 1) -> None:
-        if config.jax_processes > 1:  # before anything touches a JAX device
+        self.machine = machine(config.machine, config.pipeline.model)  # the machine flags, resolved once
+        m = self.machine
+        if m.processes > 1:  # before anything touches a JAX device
             from jax_backend.training.distributed import initialize
 
-            initialize(config.jax_coordinator, config.jax_processes, config.jax_process_id)
-            if config.jax_process_id is None:  # --machine.dist-url auto: JAX found the rank
-                import jax
-
-                config.set_process_id(jax.process_index())
+            initialize(m.coordinator, m.processes, m.process_id)
+            if m.process_id is None:  # --machine.dist-url auto: JAX found the rank
                 config.save_config()  # ns-train's save came before the rank was known
+        if not config.main_process:  # process 0 prints the progress and keeps the viewer
+            config = dataclasses.replace(
+                config, logging=dataclasses.replace(config.logging, local_writer=dataclasses.replace(
+                    config.logging.local_writer, enable=False)),
+                viewer=dataclasses.replace(config.viewer, quit_on_train_completion=True))
         super().__init__(config, local_rank, world_size)
 
     @check_viewer_enabled
@@ -169,7 +131,7 @@ class JaxGSTrainer(Trainer):
         end = self._start_step + self.config.max_num_iterations
         self.stop_training = False
         with self.train_lock:
-            self.pipeline.start_engine(end, self.config.optimizers)
+            self.pipeline.start_engine(end, self.config.optimizers, self.machine.replicas)
         snapshots = self.pipeline.make_snapshots(self.base_dir / "snapshots") if main else None
         try:
             with Interrupts() as interrupts:
@@ -208,7 +170,9 @@ class JaxGSTrainer(Trainer):
         trained none), one line naming it and the command that resumes, and exit 128 + signum."""
         what = SIGNALS[signum]
         if not self.config.main_process:
-            say_last(f"jax-gs: process {self.config.jax_process_id} stopped by {what} after {done} of {end} steps; "
+            import jax
+
+            say_last(f"jax-gs: process {jax.process_index()} stopped by {what} after {done} of {end} steps; "
                      f"process 0 writes the checkpoint and the resume command")
             raise SystemExit(128 + signum)
         if done > self._start_step:

@@ -14,23 +14,26 @@ PLUGIN = Path(hooks.__file__).parent
 
 
 def _patched():
-    from nerfstudio.scripts import exporter
+    from nerfstudio.scripts import exporter, train
     from nerfstudio.viewer.viewer import Viewer
 
     from nerfstudio.viewer.render_state_machine import RenderStateMachine
 
     return (sys.excepthook, exporter.ExportGaussianSplat.__dict__["write_ply"].__func__, Viewer.init_scene,
-            RenderStateMachine.run)
+            RenderStateMachine.run, train.launch)
 
 
 def test_hooks_install_once_and_mark_what_they_replace():
     import nerfstudio.scripts.exporter  # noqa: F401  (ns-export's module: the export hook applies)
+    import nerfstudio.scripts.train  # noqa: F401  (ns-train's module: the launch hook applies)
 
     hooks.install_pipeline_hooks()
+    hooks.install_one_process_launch()
     first = _patched()
     assert all(getattr(fn, "_jaxgs", False) for fn in first), first
     hooks.install_pipeline_hooks()
     hooks.install_excepthook()
+    hooks.install_one_process_launch()
     assert _patched() == first  # the same functions: nothing wrapped twice
 
 

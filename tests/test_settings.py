@@ -8,6 +8,7 @@ import pytest
 
 
 from nerfstudio.configs.base_config import MachineConfig  # noqa: E402
+from nerfstudio.configs.method_configs import method_configs  # noqa: E402
 from nerfstudio.models.base_model import ModelConfig  # noqa: E402
 from nerfstudio.models.splatfacto import SplatfactoModelConfig  # noqa: E402
 
@@ -16,7 +17,8 @@ from nerfstudio_jaxgs.config import (OPTIMIZERS, jax_gs_big_method, jax_gs_fast_
 from nerfstudio_jaxgs.errors import InputError  # noqa: E402
 from nerfstudio_jaxgs.model import JaxGSModelConfig  # noqa: E402
 from nerfstudio_jaxgs.initial import init_settings  # noqa: E402
-from nerfstudio_jaxgs.settings import backgrounds, optim_config, train_config, training_background  # noqa: E402
+from nerfstudio_jaxgs.settings import (Machine, backgrounds, machine, optim_config, train_config,  # noqa: E402
+                                       training_background)
 
 NUM_TRAIN = 10
 
@@ -137,42 +139,63 @@ def test_optimizers_reach_the_adam_groups():
         optim_config(opts)
 
 
-def test_machine_num_devices_trains_in_one_process_on_that_many_jax_devices():
+def test_machine_num_devices_trains_in_one_process_on_that_many_jax_devices(monkeypatch):
+    """--machine.num-devices N: N JAX devices in this one process (`settings.machine`), the flag
+    left as given; ns-train's launch (hooked when the config is saved) runs one process for a
+    jax-gs config and leaves another method's as nerfstudio has it."""
+    import sys
+    import types
+
+    from nerfstudio_jaxgs.hooks import install_one_process_launch
+
     cfg = jax_gs_method.config
     c = dataclasses.replace(cfg, machine=MachineConfig(num_devices=2, device_type="cpu"),
                             pipeline=dataclasses.replace(cfg.pipeline, model=JaxGSModelConfig()))
-    assert c.machine.num_devices == 1 and c.pipeline.model.num_devices == 2  # no torch DDP launch
+    assert c.machine.num_devices == 2 and c.pipeline.model.num_devices == 0  # nothing rewritten
+    assert machine(c.machine, c.pipeline.model) == Machine(replicas=2, processes=1, process_id=0, coordinator=None)
+    assert machine(MachineConfig(), JaxGSModelConfig(num_devices=3)).replicas == 3
+    with pytest.raises(InputError, match="--machine.num-devices 2 and --pipeline.model.num-devices 4 disagree"):
+        machine(c.machine, JaxGSModelConfig(num_devices=4))
+    launched = []
+    train = types.ModuleType("nerfstudio.scripts.train")
+    train.launch = lambda main_func, n, machines=1, rank=0, url="auto", config=None, **kw: launched.append((n, machines))
+    monkeypatch.setitem(sys.modules, "nerfstudio.scripts.train", train)
+    install_one_process_launch()
+    install_one_process_launch()  # a second time changes nothing
+    train.launch(None, 2, 1, 0, "auto", config=c)
+    train.launch(None, 2, 3, 0, "auto", config=method_configs["splatfacto"])
+    assert launched == [(1, 1), (2, 3)]
 
 
-def test_machine_flags_start_jax_processes_not_torchs_process_group(tmp_path):
+def test_machine_flags_start_jax_processes_not_torchs_process_group(tmp_path, monkeypatch):
     """--machine.num-machines/--machine.machine-rank/--machine.dist-url become JAX's multi-host
     runtime (nerfstudio's launch then runs one process, no torch process group); process 0 alone
     writes the config, logs and viewer; bad values stop with one line naming the flag."""
+    from jax_backend.training import distributed
+
     cfg = jax_gs_method.config
     one = lambda **kw: dataclasses.replace(cfg, machine=MachineConfig(device_type="cpu", **kw),  # noqa: E731
                                            output_dir=tmp_path, vis="viewer+tensorboard")
     c = one(num_machines=2, machine_rank=1, dist_url="tcp://10.0.0.2:1234")
-    assert (c.jax_processes, c.jax_process_id, c.jax_coordinator) == (2, 1, "10.0.0.2:1234")
-    assert (c.machine.num_machines, c.machine.machine_rank) == (1, 0)  # nerfstudio's launch: this one process
+    assert machine(c.machine, c.pipeline.model) == Machine(0, 2, 1, "10.0.0.2:1234")
+    assert (c.machine.num_machines, c.machine.machine_rank) == (2, 1)  # the flags as given
     assert not (c.main_process or c.is_viewer_enabled() or c.is_tensorboard_enabled())
-    assert not c.logging.local_writer.enable and c.viewer.quit_on_train_completion
-    assert cfg.logging.local_writer.enable and not cfg.viewer.quit_on_train_completion  # the method's own, untouched
     c.save_config()
     assert not list(tmp_path.rglob("config.yml"))  # process 1 writes nothing
     main = one(num_machines=2, machine_rank=0, dist_url="tcp://10.0.0.2:1234")
     assert main.main_process and main.is_viewer_enabled() and main.is_tensorboard_enabled()
     auto = one(num_machines=4, dist_url="auto")  # a TPU pod slice: JAX finds the coordinator and the rank
-    assert (auto.jax_processes, auto.jax_process_id, auto.jax_coordinator) == (4, None, None)
+    assert machine(auto.machine, auto.pipeline.model) == Machine(0, 4, None, None)
     auto.save_config()
     assert not list(tmp_path.rglob("config.yml")) and not auto.is_viewer_enabled()  # until JAX gives the rank
-    auto.set_process_id(0)
-    assert auto.main_process and auto.is_viewer_enabled() and auto.logging.local_writer.enable
-    assert one().jax_processes == 1 and one().main_process
+    monkeypatch.setitem(distributed._started, "process_index", 0)  # as `initialize` records it
+    assert auto.main_process and auto.is_viewer_enabled()
+    assert machine(one().machine, one().pipeline.model).processes == 1 and one().main_process
     for kw, match in ((dict(num_machines=2, machine_rank=2), "machine-rank 2: must be between 0 and 1"),
                       (dict(num_machines=2, dist_url="10.0.0.2"), "dist-url '10.0.0.2': give tcp://HOST:PORT"),
                       (dict(num_machines=2, num_devices=2), "num-devices 2 with --machine.num-machines 2")):
-        with pytest.raises(SystemExit, match=match):
-            one(**kw)
+        with pytest.raises(InputError, match=match):
+            one(**kw).save_config()
 
 
 def test_presets():

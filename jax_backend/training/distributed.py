@@ -41,6 +41,16 @@ def initialize(coordinator=None, num_processes=None, process_id=None) -> None:
     kwargs = {k: v for k, v in (("coordinator_address", coordinator), ("num_processes", num_processes),
                                 ("process_id", process_id)) if v is not None}
     jax.distributed.initialize(**kwargs)
+    _started["process_index"] = jax.process_index()
+
+
+_started = {}  # this process's index, once `initialize` started JAX's multi-host runtime
+
+
+def started_process_index():
+    """This process's index among the JAX processes once `initialize` has run, else None (asking
+    JAX before then would start its backends, after which the multi-host runtime cannot start)."""
+    return _started.get("process_index")
 
 
 def initialize_from_env(environ=None) -> bool:
