@@ -27,27 +27,32 @@ from .settings import backgrounds, check_datamanager
 log = logging.getLogger(__name__)
 
 
-def build_engine(model, dataset, scene_extent: float, max_steps: int, optimizers=None, camera_model: str = "pinhole",
-                 resume=None, datamanager=None, background=None, replicas=None):
-    """The JAX trainer for `model`'s settings and Gaussians on `dataset` (its views drawn as
-    `camera_model`; its images kept where `settings.images_place` says, from `datamanager`'s
-    config), for a run ending at step `max_steps` (`optimizers`: nerfstudio's `--optimizers`
-    dict), composited on `background` (`settings.Backgrounds.training`; None: the config's), on
-    `replicas` data-parallel devices (`settings.Machine.replicas`; None: the config's), resumed from `resume` (a checkpoint's `checkpoint_entries.Loaded` training state) when given."""
+def build_engine(config, start, dataset, scene_extent: float, max_steps: int, optimizers=None,
+                 camera_model: str = "pinhole", datamanager=None, background=None, replicas=None,
+                 num_train_data=None):
+    """The JAX trainer for the model `config`'s settings, starting from `start` (a
+    `checkpoint_entries.Loaded`: the Gaussians, and a checkpoint's whole training state when it
+    holds one), on `dataset` (its views drawn as `camera_model`; its images kept where
+    `settings.images_place` says, from `datamanager`'s config), for a run ending at step
+    `max_steps` (`optimizers`: nerfstudio's `--optimizers` dict), composited on `background`
+    (`settings.Backgrounds.training`; None: the config's), on `replicas` data-parallel devices
+    (`settings.Machine.replicas`; None: the config's), `num_train_data` the run's training views
+    (all hosts'; None: the dataset's)."""
     import jax
 
     from jax_backend import Trainer
 
     from .settings import images_place, layout, train_config
 
-    c = model.config
+    c, resume = config, start if start.training_state is not None else None
+    num_train_data = dataset.num_views if num_train_data is None else num_train_data
     if resume is not None:  # before any engine is built for a run it cannot resume
         checkpoint_entries.check_resumable(resume)
-    cfg = train_config(c, max_steps=max_steps, num_train_data=model.num_train_data, optimizers=optimizers,
+    cfg = train_config(c, max_steps=max_steps, num_train_data=num_train_data, optimizers=optimizers,
                        background=background, camera_model=camera_model)
     try:  # the capacity grows on the host as density control needs it
         images, device_bytes = images_place(c, datamanager)
-        engine = Trainer(cfg, dataset, model.gaussians, scene_extent, log=print, layout=layout(c, replicas=replicas),
+        engine = Trainer(cfg, dataset, start.gaussians, scene_extent, log=print, layout=layout(c, replicas=replicas),
                          views_per_device=c.views_per_device, images=images, device_bytes=device_bytes)
     except ValueError as e:  # the engine's own checks of the settings (views per step against the views)
         raise InputError(f"device settings: {e}") from None
@@ -103,13 +108,15 @@ class JaxGSPipeline(VanillaPipeline):
             super().__init__(config, *args, **kwargs)
         cache_images(self.datamanager, self.model.config.fisheye)
         self.engine = None  # jax_backend.Trainer, built on first training use (`start_engine`)
-        self.resume_from = None  # a loaded checkpoint's training state (`checkpoint.Loaded`) until the engine is built
         test_mode = kwargs.get("test_mode", args[1] if len(args) > 1 else "val")
         if test_mode == "val":  # training: every image it will read, before any compute
             self._check_views(training=True)
             self._check_host_memory()
-            if self.model.config.init_ply is not None:
-                self._start_from_ply()
+        # where training starts (`checkpoint_entries.Loaded`): a new model's Gaussians, init-ply's, or a
+        # checkpoint's state (`load_state_dict`); the engine is built from it (`start_engine`)
+        self.start = checkpoint_entries.Loaded(self.model.gaussians, 0, None, 1)
+        if test_mode == "val" and self.model.config.init_ply is not None:
+            self._start_from_ply()
         outputs = getattr(self.datamanager, "train_dataparser_outputs", None)
         alpha_color = getattr(outputs, "alpha_color", None)
         self.backgrounds = backgrounds(self.model.config, None if alpha_color is None else alpha_color.tolist())
@@ -123,6 +130,7 @@ class JaxGSPipeline(VanillaPipeline):
         outputs = self.datamanager.train_dataparser_outputs
         gaussians = gaussians_from_ply(self.model.config, outputs.dataparser_transform.numpy(),
                                        outputs.dataparser_scale)
+        self.start = checkpoint_entries.Loaded(gaussians, 0, None, 1)
         self.model.publish(gaussians, 0)
         log.info(f"starting from {int(gaussians.alive.sum())} Gaussians of {self.model.config.init_ply} "
                  f"({self.model.config.init_ply_frame} frame)")
@@ -201,9 +209,10 @@ class JaxGSPipeline(VanillaPipeline):
         if model == "fisheye":
             log.info(f"training the {len(sizes)} fisheye views as fisheyes, on their whole frames "
                      f"(--pipeline.model.fisheye native)")
-        self.engine = build_engine(self.model, data, extent, max_steps, optimizers, model, self.resume_from, dm.config,
-                                   background=self.backgrounds.training, replicas=replicas)
-        self.resume_from = None  # in the engine now
+        self.engine = build_engine(self.model.config, self.start, data, extent, max_steps, optimizers, model,
+                                   dm.config, background=self.backgrounds.training, replicas=replicas,
+                                   num_train_data=len(full))
+        self.start = None  # in the engine now
         self._publish()
         return self.engine
 
@@ -226,17 +235,17 @@ class JaxGSPipeline(VanillaPipeline):
         return out
 
     def load_state_dict(self, state_dict, strict=None):
-        """A checkpoint's state (`checkpoint_entries.read`): the model shows its Gaussians, and a training
-        state goes into the engine (now, or when it is built: `start_engine`)."""
+        """A checkpoint's state (`checkpoint_entries.read`): the model shows its Gaussians, and training
+        starts from it (the engine built from it by `start_engine`, or given it when built already)."""
         model = "_model."
         loaded = checkpoint_entries.read({k[len(model):]: v for k, v in state_dict.items() if k.startswith(model)})
         torch.nn.Module.load_state_dict(self, {k: v for k, v in state_dict.items() if not k.startswith(model)},
                                         strict=False)
         self.model.publish(loaded.gaussians, loaded.trained_steps)
-        self.resume_from = loaded if loaded.training_state is not None else None
-        if self.engine is not None and self.resume_from is not None:
-            checkpoint_entries.resume(self.engine, self.resume_from)
-            self.resume_from = None
+        if self.engine is None:
+            self.start = loaded
+        elif loaded.training_state is not None:
+            checkpoint_entries.resume(self.engine, loaded)
             self._publish()
 
     def get_train_loss_dict(self, step: int):

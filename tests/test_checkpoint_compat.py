@@ -67,14 +67,12 @@ def test_old_plugin_state_dict_loads_for_viewing_and_for_training(scene):
     assert viewer.num_points == int(np.load(DATA / "old_model_expected.npz")["alive"].sum())
 
     _, train, _ = scene
-    trainer = model()  # ns-train --load-dir: the engine is built after loading (`JaxGSPipeline.load_state_dict`)
-    loaded = checkpoint_entries.read(state)
-    trainer.publish(loaded.gaussians, loaded.trained_steps)
-    engine = build_engine(trainer, train, 1.5, 100, resume=loaded)
+    # ns-train --load-dir: the engine is built from the loaded state (`JaxGSPipeline.load_state_dict`)
+    engine = build_engine(cfg, checkpoint_entries.read(state), train, 1.5, 100)
     step = _assert_gaussians(engine.state.gaussians, DATA / "old_model_expected.npz")
     assert engine.step == step == 20
     # and the state a training pipeline saves now (`checkpoint_entries.entries` of its engine) loads back into the same place
-    again = model()
-    engine_again = build_engine(again, train, 1.5, 100, resume=checkpoint_entries.read(checkpoint_entries.entries(again, engine)))
+    engine_again = build_engine(cfg, checkpoint_entries.read(checkpoint_entries.entries(model(), engine)), train, 1.5,
+                                100)
     for a, b in zip(jax.tree_util.tree_leaves(engine_again.state), jax.tree_util.tree_leaves(engine.state)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

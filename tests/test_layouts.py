@@ -433,8 +433,8 @@ def test_each_host_reads_and_undistorts_only_its_share_of_the_views(tmp_path, mo
     monkeypatch.setattr(jax, "process_count", lambda: 2)
     monkeypatch.setattr(jax, "process_index", lambda: 1)
     monkeypatch.setattr(plugin_pipeline, "build_engine",
-                        lambda model, data, extent, *a, **kw: seen.update(data=data, extent=extent) or SimpleNamespace(
-                            kept_gaussians=lambda: model.gaussians, step=0, cameras=None))
+                        lambda config, start, data, extent, *a, **kw: seen.update(data=data, extent=extent) or
+                        SimpleNamespace(kept_gaussians=lambda: start.gaussians, step=0, cameras=None))
     pipeline.start_engine(5)
     mine = list(range(1, len(everything), 2))
     data = seen["data"]
