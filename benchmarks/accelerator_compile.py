@@ -2,18 +2,18 @@
 ahead-of-time compilation: libtpu, `pip install -e ".[tpu]"`; XLA's GPU compiler, `pip install -e
 ".[gpu]"`), beside the same program compiled for this CPU: compile seconds, generated code, device
 memory for arguments / outputs / temporaries, and whether it fits one chip. For a GPU also the
-kernel launches per call counted from the optimised HLO (`benchmarks/launches.py`), the HLO while
+kernel launches per call counted from the optimised HLO (`tools/launches.py`), the HLO while
 loops, and for a train block the launches of one training step (its scan body). For every train
 block the collectives of one step and the bytes each device sends for them (ring algorithms:
 `hlo_checks.collective_traffic`).
 
 Targets: "cpu"; TPU topologies by name ("v5e:2x2", "v6e:2x2"); GPUs "h200" and "a100", whose
 XLA target configs (GpuTargetConfigProto text, every figure with its source) are in
-`benchmarks/gpu_targets/`.
+`tools/gpu_targets/`.
 
 Programs (`PROGRAMS`), on a capture of fern's size (20 views of 504x378) unless said:
   raster-{flat,standard}-{100k,1m}: `rasterization` forward + backward (sum of the image and alpha)
-    at 504x378, 100k / 1M Gaussians of realistic sizes (`benchmarks.rasterizer.realistic_scene`);
+    at 504x378, 100k / 1M Gaussians of realistic sizes (`tools.programs.realistic_scene`);
   block-default, block-mcmc, block-2dgs: the train block `ns-train jax-gs` / `jax-gs-mcmc` /
     `jax-2dgs` runs (the plugin's own settings; 100 steps, SH degree 3, 100k Gaussians (2DGS:
     disks, its normal consistency on), density control at its end);
@@ -52,10 +52,10 @@ import subprocess
 import sys
 import time
 
-WIDTH, HEIGHT = 504, 378
-VIEWS = 20
+from tools.programs import (GPU_TARGETS, HEIGHT, SIZES, WIDTH, lower_program, raster_program, scene_views,
+                            target_devices, trainer_for)
+
 HBM_GIB = {"v5e": 16, "v6e": 32, "v5p": 95, "v4": 32, "h200": 141e9 / 2**30, "a100": 80}  # memory per chip
-GPU_TARGETS = ("h200", "a100")  # benchmarks/gpu_targets/<name>.txtpb
 PROGRAMS = ["raster-flat-100k", "block-default", "block-2dgs", "render", "refine-default", "block-mcmc", "block-dp4", "block-shard4",
             "raster-standard-100k", "refine-mcmc", "raster-flat-1m", "raster-standard-1m", "raster-pallas-100k",
             "raster-pallas-10k", "raster-flat-10k", "raster-standard-10k", "block-default-10k"]
@@ -63,153 +63,6 @@ SEED = "seed-raster-100k"  # the seed article's rasterizer (`--seed-dir`)
 SHARD16 = "block-shard16"  # the rows over 16 chips: only for a 16-chip target
 DP4XSHARD4 = "block-dp4xshard4"  # 4 replicas x the rows over 4 chips: a 16-chip target
 SIXTEEN = [SHARD16, DP4XSHARD4]
-
-
-def scene_views(n: int, width: int = WIDTH, height: int = HEIGHT):
-    """Gaussians (`realistic_scene`) and VIEWS cameras around its camera (small turns and shifts),
-    for images of width x height (the focal length scaled with the width: the same field of view)."""
-    import numpy as np
-
-    from benchmarks.rasterizer import realistic_scene
-
-    means, quats, scales, opacities, colors, viewmat, K = realistic_scene(n)
-    K = K.copy()
-    K[:, 0, 0] *= width / WIDTH
-    K[:, 1, 1] *= width / WIDTH
-    K[:, 0, 2], K[:, 1, 2] = width / 2, height / 2
-    viewmats = np.repeat(viewmat, VIEWS, 0)
-    for i in range(VIEWS):
-        a = (i - VIEWS / 2) * 0.01
-        c, s = np.cos(a), np.sin(a)
-        viewmats[i, :3, :3] = np.array([[c, 0, s], [0, 1, 0], [-s, 0, c]])
-        viewmats[i, 0, 3] = 0.02 * (i - VIEWS / 2)
-    return means, quats, scales, opacities, colors, viewmats, np.repeat(K, VIEWS, 0)
-
-
-def trainer_for(method: str, n: int, replicas: int = 1, width: int = WIDTH, height: int = HEIGHT,
-                isect_capacity=1 << 20, tile_devices: int = 1):
-    """The `Trainer` `ns-train <method>` builds (the plugin's settings), on a fern-size capture
-    with n Gaussians alive, its layout `replicas` data-parallel copies or the Gaussians' rows split
-    over `tile_devices` chips (which deal each view's tiles)."""
-    import numpy as np
-
-    from jax_backend import Trainer, make_dataset, make_layout
-    from jax_backend.rendering import next_pow2
-    from jax_backend.training.gaussians import Gaussians
-    from jax_backend.training.initialization import init_from_points
-    from nerfstudio_jaxgs import config as methods
-    from nerfstudio_jaxgs.settings import train_config
-
-    spec = {"jax-gs": methods.jax_gs_method, "jax-gs-mcmc": methods.jax_gs_mcmc_method,
-            "jax-2dgs": methods.jax_2dgs_method}[method]
-    model = spec.config.pipeline.model
-    cfg = train_config(model, max_steps=spec.config.max_num_iterations, num_train_data=VIEWS,
-                       optimizers=spec.config.optimizers)
-    means, quats, scales, opacities, colors, viewmats, Ks = scene_views(n, width, height)
-    g = init_from_points(means, colors, sh_degree=cfg.sh_degree, capacity=next_pow2(n))
-    import jax.numpy as jnp
-
-    pad = g.capacity - n
-    params = dict(g.params, scales=jnp.concatenate([jnp.log(jnp.asarray(scales, jnp.float32)),
-                                                    jnp.zeros((pad, 3))]))
-    g = Gaussians(params, g.alive)
-    data = make_dataset(np.zeros((VIEWS, height, width, 3), np.uint8), viewmats, Ks)
-    # one device renders a view (a chip) unless the rows are split; the CPU column compiles the same program
-    tr = Trainer(cfg, data, g, 1.0, isect_capacity=isect_capacity, log=lambda *_: None,
-                 layout=make_layout(replicas=replicas, tile_devices=tile_devices))
-    tr.state = tr.state._replace(step=jnp.int32(10_000))  # full resolution, SH degree 3, density control live
-    if isect_capacity is None:  # sized at full resolution, as the Trainer does when the resolution changes
-        tr.size_buffer_ahead()
-    return tr
-
-
-SMALL_W, SMALL_H = 64, 48  # the small compile checks' image size
-
-
-def small_cameras(views: int):
-    """(viewmats [views, 4, 4], Ks [views, 3, 3]) float32 of the small compile checks: cameras 3
-    units in front of the scene, side by side (0.2 units across)."""
-    import numpy as np
-
-    viewmats = np.repeat(np.eye(4, dtype=np.float32)[None], views, 0)
-    viewmats[:, 2, 3] = 3.0
-    viewmats[:, 0, 3] = np.linspace(-0.1, 0.1, views) if views > 1 else 0.0
-    Ks = np.repeat(np.array([[[60.0, 0, SMALL_W / 2], [0, 60.0, SMALL_H / 2], [0, 0, 1]]], np.float32), views, 0)
-    return viewmats, Ks
-
-
-def small_trainer(strategy: str = "default", corrections: bool = False, surfels: bool = False, **strategy_kw):
-    """A `Trainer` of 2,000 Gaussians (2,048 slots) on 3 views of 64x48, density control live
-    (step 600), for compile checks in the tests; `corrections`: pose corrections (SO3xR3) and
-    bilateral grids on (their contractions in the program); `surfels`: 2DGS disks, with the normal
-    consistency and the depth distortion both on."""
-    import jax.numpy as jnp
-    import numpy as np
-
-    from jax_backend import Surfels2D, Trainer, TrainConfig, init_from_points, make_dataset, make_layout, make_strategy
-    from jax_backend.training.bilateral import BilateralGridConfig
-    from jax_backend.training.cameras import CameraOptConfig
-
-    points = np.random.default_rng(0).normal(size=(2000, 3)) * 0.5
-    viewmats, Ks = small_cameras(3)
-    data = make_dataset(np.zeros((3, SMALL_H, SMALL_W, 3), np.uint8), viewmats, Ks)
-    extra = dict(camera_opt=CameraOptConfig(mode="SO3xR3"), bilateral=BilateralGridConfig(enabled=True, shape=(4, 4, 4))) \
-        if corrections else {}
-    if surfels:
-        extra["splats"] = Surfels2D(normal_start=0, distortion_lambda=0.1, distortion_start=0)
-    cfg = TrainConfig(max_steps=1000, steps_per_block=5, strategy=make_strategy(strategy, **strategy_kw),
-                      background="random", **extra)
-    capacity = 4096 if strategy_kw.get("budget") else 2048
-    tr = Trainer(cfg, data, init_from_points(points, sh_degree=3, capacity=capacity), 1.0, isect_capacity=1 << 15,
-                 log=lambda *_: None, layout=make_layout(tile_devices=1))
-    tr.state = tr.state._replace(step=jnp.int32(600))  # density control live
-    return tr
-
-
-def small_render_programs(n: int = 2000):
-    """{"render": the eval / viewer render (RGB + expected depth, SH 3), "raster": forward +
-    backward of a render's sum, "raster-fisheye": the same through a fisheye camera with its four
-    coefficients (an argument), "raster-2dgs": forward + backward of a 2DGS render (the same
-    points as surfels: colours, expected depth, normals, surface normals, distortion, median)}:
-    (the function built for a layout, `fn(layout)`; float32 arguments) from one of `small_cameras`."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    from jax_backend import traced_rasterization, traced_rasterization_2dgs
-
-    rng = np.random.default_rng(0)
-    viewmat, K = small_cameras(1)
-    width, height = SMALL_W, SMALL_H
-    args = [np.asarray(a, np.float32) for a in (rng.normal(size=(n, 3)) * 0.5, np.tile([1.0, 0, 0, 0], (n, 1)),
-                                                np.full((n, 3), 0.02), np.full(n, 0.5), np.zeros((n, 16, 3)), viewmat, K)]
-
-    def render(layout):
-        return lambda m, q, s, o, c, vm, K: traced_rasterization(
-            m, q, s, o, c, vm, K, width, height, sh_degree=3, render_mode="RGB+ED", isect_capacity=1 << 15,
-            layout=layout)[:2]
-
-    def raster(layout, camera_model="pinhole"):
-        def loss(m, q, s, o, c, vm, K, distortion=None):
-            img, alpha, _ = traced_rasterization(m, q, s, o, c, vm, K, width, height, sh_degree=3,
-                                                 isect_capacity=1 << 15, layout=layout, camera_model=camera_model,
-                                                 distortion=distortion)
-            return jnp.sum(img) + jnp.sum(alpha)
-
-        return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))
-
-    def raster_2dgs(layout):
-        def loss(m, q, s, o, c, vm, K):
-            out = traced_rasterization_2dgs(m, q, s, o, c, vm, K, width, height, sh_degree=3, render_mode="RGB+ED",
-                                            isect_capacity=1 << 15, layout=layout)
-            return sum(jnp.sum(x) for x in out[:6])
-
-        return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))
-
-    kb4 = np.asarray([0.04, -0.012, 0.003, -0.0004], np.float32)
-    return {"render": (render, args), "raster": (raster, args),
-            "raster-fisheye": (lambda layout: raster(layout, "fisheye"), args + [kb4]),
-            "raster-2dgs": (raster_2dgs, args)}
 
 
 def seed_program(n: int = 100_000):
@@ -242,77 +95,6 @@ def seed_program(n: int = 100_000):
         return jnp.sum(image)
 
     return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4)), [np.asarray(a, np.float32) for a in args]
-
-
-def target_devices(name: str) -> list:
-    """The compile-only devices of a target: a TPU topology ("v5e:2x2") or a GPU of
-    `GPU_TARGETS` (one device)."""
-    from jax_backend import topology_devices
-
-    if name in GPU_TARGETS:
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_targets", f"{name}.txtpb")
-        with open(path) as f:
-            return topology_devices("", platform="cuda", target_config=f.read(), topology="1x1x1")
-    return topology_devices(name)
-
-
-def lower_program(fn_for, arrays, target):
-    """`fn_for(layout)` (a function built for a layout) on `arrays`, lowered for this host's CPU
-    (`target` None) or for the first of `target`'s devices."""
-    import jax
-
-    from jax_backend import Layout, local_layout
-    from jax_backend.devices import abstract
-
-    if target is None:
-        return jax.jit(fn_for(local_layout())).lower(*arrays)
-    layout = Layout(target[:1])
-    spec = abstract(arrays, jax.sharding.SingleDeviceSharding(target[0]))
-    return jax.jit(fn_for(layout)).trace(*spec).lower(lowering_platforms=(layout.lowering_platform,))
-
-
-SIZES = {"10k": 10_000, "100k": 100_000, "1m": 1_000_000}
-
-
-@functools.lru_cache(maxsize=None)  # built once per process: compiled, then (GPU) run for the trip counts
-def raster_program(program: str):
-    """(function, its float32 arguments, info) of a `raster-<rasterizer>-<size>` or `render` program."""
-    import jax
-    import jax.numpy as jnp
-    import numpy as np
-
-    from jax_backend import traced_rasterization
-    from jax_backend.rendering import count_intersections
-    from jax_backend.rendering.isect_buffer import size_for
-
-    if program == "render":
-        rasterizer, n = "auto", 100_000
-    else:
-        _, rasterizer, size = program.split("-")
-        n = SIZES[size]
-    means, quats, scales, opacities, colors, viewmats, Ks = scene_views(n)
-    cap = size_for(int(count_intersections(means, quats, scales, opacities, viewmats[:1], Ks[:1], WIDTH,
-                                                HEIGHT)[0]))
-    if program == "render":  # SH coefficients, as the eval and the viewer render them
-        sh = np.zeros((n, 16, 3), np.float32)
-        args = (means, quats, scales, opacities, sh, viewmats[:1], Ks[:1])
-
-        def fn_for(layout):
-            return lambda m, q, s, o, c, vm, K: traced_rasterization(
-                m, q, s, o, c, vm, K, WIDTH, HEIGHT, sh_degree=3, render_mode="RGB+ED", isect_capacity=cap,
-                layout=layout)[:2]
-    else:
-        args = (means, quats, scales, opacities, colors, viewmats[:1], Ks[:1])
-
-        def fn_for(layout):
-            def loss(m, q, s, o, c, vm, K):
-                img, alpha, _ = traced_rasterization(m, q, s, o, c, vm, K, WIDTH, HEIGHT, isect_capacity=cap,
-                                                     rasterizer=rasterizer, layout=layout)
-                return jnp.sum(img) + jnp.sum(alpha)
-
-            return jax.value_and_grad(loss, argnums=(0, 1, 2, 3, 4))
-    return fn_for, [np.asarray(a, np.float32) for a in args], {"gaussians": n, "capacity": cap,
-                                                               "rasterizer": rasterizer}
 
 
 def lowered(program: str, target, gaussians: int = 100_000, size=(WIDTH, HEIGHT)):
@@ -352,7 +134,7 @@ def gpu_launches(program: str, hlo: str, info: dict) -> dict:
     per step (its scan body; density control at the block's end is in the per-call figure). The
     XLA rasterizers' data-dependent walks take trip counts measured on this CPU under the GPU's
     platform policy."""
-    from benchmarks import launches as L
+    from tools import launches as L
 
     trips = {}
     if program.startswith("raster-") and info.get("rasterizer") in ("flat", "standard"):
@@ -405,8 +187,8 @@ def measure(program: str, target_name: str, gaussians: int = 100_000, size=(WIDT
 def step_traffic(hlo: str, steps: int) -> dict:
     """The collectives of one training step of a compiled block (its scan's body), and the bytes
     each device sends for them (`hlo_checks.collective_traffic`: ring algorithms)."""
-    from benchmarks import hlo_checks
-    from benchmarks import launches as L
+    from tools import hlo_checks
+    from tools import launches as L
 
     body = L.loop_body(hlo, steps)
     if body is None:

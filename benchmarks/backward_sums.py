@@ -56,7 +56,7 @@ def _program(variant: str, n: int):
     import jax.numpy as jnp
     import numpy as np
 
-    from benchmarks.accelerator_compile import HEIGHT, WIDTH, scene_views
+    from tools.programs import HEIGHT, WIDTH, scene_views
     from jax_backend import traced_rasterization
     from jax_backend.rendering import count_intersections
     from jax_backend.rendering.isect_buffer import size_for
@@ -78,8 +78,8 @@ def _program(variant: str, n: int):
 def child(variant: str, n: int) -> dict:
     import jax
 
-    from benchmarks import hlo_checks, launches
-    from benchmarks.accelerator_compile import lower_program, target_devices
+    from tools import hlo_checks, launches
+    from tools.programs import lower_program, target_devices
 
     target = target_devices("h200")
     fn, args, info = _program(variant, n)
@@ -99,7 +99,7 @@ def cpu_agreement(n: int = 300) -> float:
     import jax
     import numpy as np
 
-    from benchmarks.rasterizer import realistic_scene
+    from tools.programs import realistic_scene
     from jax_backend import traced_rasterization
 
     names = _register()

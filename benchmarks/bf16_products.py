@@ -97,7 +97,7 @@ def main():
     import jax.numpy as jnp
     import numpy as np
 
-    from benchmarks.captures import load_transforms
+    from tools.captures import load_transforms
     from jax_backend import TrainConfig, Trainer, init_random, make_dataset, make_strategy
     from jax_backend.training import evaluation
     from jax_backend.training.loss import psnr

@@ -95,7 +95,7 @@ def rasterizer_speed(sizes, repeats):
     import jax
     import jax.numpy as jnp
 
-    from benchmarks.rasterizer import realistic_scene
+    from tools.programs import realistic_scene
     from jax_backend import RasterizerOptions, rasterization, traced_rasterization
     from jax_backend.rendering.isect_buffer import size_for
 
@@ -157,7 +157,7 @@ def gsplat_speed(sizes, repeats):
         return {"skipped": "torch sees no CUDA device"}
     from gsplat import rasterization as gs_rasterization
 
-    from benchmarks.rasterizer import realistic_scene
+    from tools.programs import realistic_scene
 
     rows = []
     for n, width, height in sizes:

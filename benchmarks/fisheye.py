@@ -6,7 +6,7 @@ engine) with the same recipe and steps.
 
 The capture: the bundled fox redrawn through a KB4 fisheye (k1-k4 = 0.12, 0.03, 0, 0), each image
 undistorted from the fox's own lens first and the fisheye's focal lengths chosen so that every
-fisheye pixel sees into the fox's image (`benchmarks.captures.write_fisheye_capture(fill=True)`):
+fisheye pixel sees into the fox's image (`tools.captures.write_fisheye_capture(fill=True)`):
 a fisheye frame filled with real content, as wide as the fox's corners allow. Every 8th view is
 held out (nerfstudio-data's interval split).
 
@@ -31,10 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.captures import fisheye_pixels_to_pinhole, write_fisheye_capture
+from tools.captures import COEFFS, diagonal_fov, fisheye_pixels_to_pinhole, write_fisheye_capture
 from benchmarks.features import FOX, method_config, train
 
-COEFFS = (0.12, 0.03, 0.0, 0.0)
 FOX_SIZE = (135, 240)  # width, height
 
 
@@ -48,18 +47,6 @@ def covered(K_fish, coeffs, w: int, h: int, K_pin, w_pin: int, h_pin: int) -> fl
     finite = np.isfinite(p).all(-1)
     inside = finite & (p[..., 0] >= 0) & (p[..., 0] <= w_pin) & (p[..., 1] >= 0) & (p[..., 1] <= h_pin)
     return float(inside.mean())
-
-
-def diagonal_fov(K, coeffs, width: int, height: int) -> float:
-    """Degrees between the rays of opposite corners of a KB4 fisheye frame (the wider diagonal)."""
-    import cv2
-
-    corners = np.array([[0, 0], [width, height], [width, 0], [0, height]], np.float64).reshape(-1, 1, 2) - 0.5
-    Kcv = np.array(K, np.float64).copy()
-    Kcv[:2, 2] -= 0.5
-    xy = cv2.fisheye.undistortPoints(corners, Kcv, np.array(coeffs, np.float64)).reshape(-1, 2)
-    theta = np.arctan(np.hypot(xy[:, 0], xy[:, 1]))
-    return float(np.degrees(max(theta[0] + theta[1], theta[2] + theta[3])))
 
 
 def psnr_of(model, cameras, images) -> float:

@@ -26,7 +26,7 @@ def heldout_psnr(trainer, test):
 def main():
     from jax_backend import TrainConfig, Trainer, init_random, make_dataset, make_strategy
 
-    from benchmarks.captures import load_transforms
+    from tools.captures import load_transforms
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "fox"))

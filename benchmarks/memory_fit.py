@@ -43,7 +43,7 @@ def build(point: str):
     import jax.numpy as jnp
     import numpy as np
 
-    from benchmarks.accelerator_compile import scene_views
+    from tools.programs import scene_views
     from jax_backend import Trainer, make_dataset, make_layout
     from jax_backend.training.gaussians import Gaussians
     from jax_backend.training.initialization import init_from_points
@@ -68,7 +68,7 @@ def build(point: str):
 
 def measure(point: str, target_name: str) -> dict:
     """In the child process: compile one point's block for one target."""
-    from benchmarks.accelerator_compile import target_devices
+    from tools.programs import target_devices
     from jax_backend.training import aot
 
     tr = build(point)

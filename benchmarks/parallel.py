@@ -57,7 +57,7 @@ def main():
         os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={need}".strip()
     import jax
 
-    from .accelerator_compile import step_traffic
+    from benchmarks.accelerator_compile import step_traffic
     from jax_backend.training.aot import lower_block
     from .train import build_trainer
 

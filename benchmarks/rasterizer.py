@@ -16,36 +16,7 @@ import subprocess
 import sys
 import time
 
-WIDTH, HEIGHT = 504, 378
-
-
-def realistic_scene(n: int, seed: int = 0):
-    """n Gaussians on surfaces, sized like a trained 3DGS scene: half on a unit sphere 3 units in
-    front of the camera, half on a wall behind it that fills the view. Each Gaussian is a disc
-    about as wide as the spacing of its neighbours on the surface (log-normal spread, one thin
-    axis), opacities spread over (0, 1). Projected radii run from ~1 to ~40 pixels."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    n_sphere = n // 2
-    d = rng.normal(size=(n_sphere, 3))
-    sphere = d / np.linalg.norm(d, axis=1, keepdims=True)
-    wall_w, wall_h = 6.0, 4.5
-    wall = np.stack([rng.uniform(-wall_w / 2, wall_w / 2, n - n_sphere), rng.uniform(-wall_h / 2, wall_h / 2, n - n_sphere),
-                     np.full(n - n_sphere, 2.0)], -1)
-    means = np.concatenate([sphere, wall])
-    spacing = np.concatenate([np.full(n_sphere, np.sqrt(4 * np.pi / n_sphere)),
-                              np.full(n - n_sphere, np.sqrt(wall_w * wall_h / (n - n_sphere)))])
-    scales = spacing[:, None] * np.exp(rng.normal(-0.5, 0.4, (n, 3)))
-    scales[:, 2] *= 0.1
-    quats = rng.normal(size=(n, 4))
-    opacities = 1 / (1 + np.exp(-rng.normal(0.0, 1.5, n)))
-    colors = rng.uniform(0, 1, (n, 3))
-    viewmat = np.eye(4)
-    viewmat[2, 3] = 3.0
-    f = 0.9 * WIDTH
-    K = np.array([[f, 0, WIDTH / 2], [0, f, HEIGHT / 2], [0, 0, 1]])
-    return means, quats, scales, opacities, colors, viewmat[None], K[None]
+from tools.programs import HEIGHT, WIDTH, realistic_scene
 
 
 def measure(n: int, rasterizer: str, mode: str, repeats: int) -> dict:

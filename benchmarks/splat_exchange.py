@@ -12,7 +12,7 @@ devices that share one view's tiles (#42): counted on a real projection, per dev
   cumulative workload is even): splats touch fewer devices, and the work per device is printed
   as max / mean (1.00 = balanced), since a contiguous cut cannot follow where the splats pile up.
 
-The Gaussians are `benchmarks.rasterizer.realistic_scene`'s, seen from its camera with the
+The Gaussians are `tools.programs.realistic_scene`'s, seen from its camera with the
 focal length scaled to the image width (`accelerator_compile.scene_views`); the row owner of
 Gaussian g is g mod K (rows split evenly and the scene's order is random). B = bytes of one splat
 as the training step gathers it (projected Gaussian and colour); the backward sends the same
@@ -45,7 +45,7 @@ def measure(n: int, width: int, height: int, shards: list) -> list:
     import jax
     import numpy as np
 
-    from benchmarks.accelerator_compile import scene_views
+    from tools.programs import scene_views
     from jax_backend.rendering.binning import tile_rect
     from jax_backend.rendering.projection import project_gaussians
     from jax_backend.rendering.tiles import TileGrid

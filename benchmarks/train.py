@@ -1,7 +1,7 @@
 """Training-speed benchmark: steps/s of the compiled scan block against the same jitted step
 dispatched from a Python loop, and of each rasterizer inside training; peak process memory.
 
-Scene: 504x378, 10k Gaussians of realistic sizes (benchmarks.rasterizer.realistic_scene), 8 views
+Scene: 504x378, 10k Gaussians of realistic sizes (tools.programs.realistic_scene), 8 views
 rendered from them; training starts from those Gaussians (density control off, so every
 configuration does the same work). Each configuration runs in its own process, one after the
 other in this run; ratios come from figures measured side by side.
@@ -33,7 +33,7 @@ def build_trainer(n: int, rasterizer: str, steps_per_block: int, ssim_lambda: fl
     from jax_backend import rasterization
     from jax_backend import DefaultStrategy, Gaussians, TrainConfig, Trainer, make_dataset, make_layout, rgb_to_sh0
 
-    from .rasterizer import HEIGHT, WIDTH, realistic_scene
+    from tools.programs import HEIGHT, WIDTH, realistic_scene
 
     means, quats, scales, opac, colors, _, K = realistic_scene(n)
     vms = []

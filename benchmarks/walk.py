@@ -122,7 +122,7 @@ def compile_rows(target_name: str, sizes=("100k", "1m")) -> list:
     import jax
 
     from jax_backend import RasterizerOptions, traced_rasterization
-    from benchmarks.accelerator_compile import HEIGHT, WIDTH, lower_program, raster_program, target_devices
+    from tools.programs import HEIGHT, WIDTH, lower_program, raster_program, target_devices
 
     target = target_devices(target_name)
     rows = []

@@ -156,10 +156,10 @@ def _render_wall(points, colours, c2ws, width, height, focal):
 
 
 def write_fisheye_scene(dst: Path, frames=12, coeffs=(0.12, 0.03, 0.0, 0.0)) -> tuple:
-    """An OPENCV_FISHEYE capture made from the fox (`benchmarks.captures.write_fisheye_capture`):
+    """An OPENCV_FISHEYE capture made from the fox (`tools.captures.write_fisheye_capture`):
     each fox image taken as a pinhole image (intrinsics K) and redrawn through the fisheye model
     (same K, coefficients `coeffs`). Returns (K, the pinhole images by name)."""
-    from benchmarks.captures import write_fisheye_capture
+    from tools.captures import write_fisheye_capture
 
     K, originals, _ = write_fisheye_capture(FOX, dst, frames, coeffs)
     return K, originals

@@ -19,14 +19,14 @@ CHILD = r"""
 import json, sys
 import numpy as np
 try:
-    from benchmarks.accelerator_compile import target_devices
+    from tools.programs import target_devices
     target = target_devices(sys.argv[1])
 except Exception as e:  # libtpu or the CUDA plugin missing or unable to load
     print("SKIP " + (str(e).strip().splitlines() or [type(e).__name__])[0][:200]); sys.exit(0)
 import jax, jax.numpy as jnp
-from benchmarks import hlo_checks, launches
+from tools import hlo_checks, launches
 from jax_backend.training import aot
-from benchmarks.accelerator_compile import lower_program, small_render_programs, small_trainer
+from tools.programs import lower_program, small_render_programs, small_trainer
 gpu = target[0].platform == "gpu"
 
 def census(compiled):
@@ -104,7 +104,7 @@ def _compiled(target: str, required_by: str, what: str) -> dict:
 def _no_default_precision_and_no_host_traffic(out: dict):
     """The train blocks, the render and a render's backward hold no float32 dot or convolution at
     the platform's default precision (bfloat16 products on a TPU, TF32 on a GPU) and nothing that
-    waits on the host (`benchmarks.hlo_checks`); the checkers find both in the probes built to
+    waits on the host (`tools.hlo_checks`); the checkers find both in the probes built to
     have them."""
     assert len(out["probe_dot"]["default_precision"]) == 1, out["probe_dot"]
     if out["platform"] == "tpu":
@@ -145,7 +145,7 @@ def _state_held_once(out: dict):
 def test_train_block_and_render_compile_for_h200_with_one_kernel_per_compositing_pass():
     """For a GPU the default rasterizer is the Pallas one: its forward and backward are one Triton
     kernel each, and a render's forward + backward holds no XLA while loop (the XLA rasterizers'
-    walks are loops of kernel launches there: `benchmarks/launches.py`); the backward adds its
+    walks are loops of kernel launches there: `tools/launches.py`); the backward adds its
     sums atomically (`tests/kernel_races.py` checks the jaxpr, this the Triton module)."""
     out = _compiled("h200", "JAXGS_REQUIRE_GPU_COMPILE", "the CUDA plugin (jax[cuda13])")
     assert out["platform"] == "gpu"

@@ -126,7 +126,7 @@ def test_a_block_on_two_cpu_devices_keeps_no_copy_of_the_image_table():
     made it when the split propagated back through the step's gather)."""
     import jax.numpy as jnp
 
-    from benchmarks.accelerator_compile import scene_views
+    from tools.programs import scene_views
     from jax_backend import Trainer, make_layout
     from jax_backend.training import aot
     from jax_backend.training.initialization import init_from_points

@@ -1,9 +1,9 @@
-"""The GPU launch counter (`benchmarks/launches.py`) on programs whose launches are known."""
+"""The GPU launch counter (`tools/launches.py`) on programs whose launches are known."""
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from benchmarks import launches as L
+from tools import launches as L
 
 
 def _hlo(fn, *args):

@@ -500,8 +500,7 @@ def test_the_benchmarks_filled_fisheye_capture_sees_the_fox_in_every_pixel(tmp_p
     wide as fits: its diagonal field of view is the fox's pinhole one."""
     from PIL import Image
 
-    from benchmarks.captures import fisheye_pixels_to_pinhole, write_fisheye_capture
-    from benchmarks.fisheye import COEFFS, diagonal_fov
+    from tools.captures import COEFFS, diagonal_fov, fisheye_pixels_to_pinhole, write_fisheye_capture
 
     K_fish, originals, K = write_fisheye_capture(FOX, tmp_path, 2, COEFFS, fill=True)
     meta = json.loads((tmp_path / "transforms.json").read_text())

@@ -1,4 +1,4 @@
-"""What the programs ask of a device, read from their text on this CPU (`benchmarks.hlo_checks`):
+"""What the programs ask of a device, read from their text on this CPU (`tools.hlo_checks`):
 - every float32 contraction states its precision (`jax_backend.array_ops.F32`): at the default a
   TPU multiplies in bfloat16 and a GPU may use TF32, while this CPU computes float32 whatever is
   asked, so no CPU test would see the difference (the StableHLO that every platform starts from);
@@ -11,10 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from benchmarks import hlo_checks
+from tools import hlo_checks
 from jax_backend import local_layout
 from jax_backend.training import aot
-from benchmarks.accelerator_compile import small_render_programs, small_trainer
+from tools.programs import small_render_programs, small_trainer
 
 
 def test_checkers_find_a_default_precision_dot_a_host_callback_and_a_scatter_add():

@@ -109,7 +109,7 @@ def order_dependent_scatters(text: str) -> list:
     order). On a GPU XLA runs them in no fixed order (atomics for a float sum, whichever write lands
     last for a replacement) unless `--xla_gpu_deterministic_ops`. Each as its line (stripped, cut at
     300 characters)."""
-    from benchmarks.launches import computations
+    from tools.launches import computations
 
     _, comps = computations(text)
     found = []
@@ -185,7 +185,7 @@ def collective_traffic(hlo: str, computation: str | None = None) -> dict:
     `computation` and everything it calls (default the whole module), each instruction once (a
     collective inside a loop the computation runs counts once: pass the loop's body for a per-step
     figure)."""
-    from benchmarks.launches import _called, computations
+    from tools.launches import _called, computations
 
     entry, comps = computations(hlo)
     names = set(comps) if computation is None else set()

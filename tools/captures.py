@@ -1,13 +1,16 @@
-"""A small loader for nerfstudio-format captures (transforms.json) without nerfstudio, for the
-benchmarks and the multi-host script: undistorts with OpenCV, converts the OpenGL camera-to-world
-poses to OpenCV world-to-camera, centres the scene on the cameras. (`ns-train` reads captures
-through nerfstudio's own dataparsers instead.)"""
+"""Captures for the benchmarks and the tests: the fox redrawn as an OPENCV_FISHEYE capture
+(`write_fisheye_capture`, KB4 coefficients `COEFFS` by default), and a small loader for
+nerfstudio-format captures without nerfstudio (`load_transforms`: undistorts with OpenCV, OpenGL
+camera-to-world poses to OpenCV world-to-camera, the scene centred on the cameras; `ns-train`
+reads captures through nerfstudio's own dataparsers instead)."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
 import numpy as np
+
+COEFFS = (0.12, 0.03, 0.0, 0.0)  # the fisheye captures' KB4 coefficients k1-k4
 
 
 def load_transforms(root, holdout_every: int = 8, downscale: int = 1):
@@ -72,7 +75,7 @@ def fisheye_pixels_to_pinhole(K_fisheye, coeffs, width: int, height: int, K_pinh
     return out.reshape(height, width, 2) + 0.5
 
 
-def write_fisheye_capture(src, dst, frames=None, coeffs=(0.12, 0.03, 0.0, 0.0), fill: bool = False):
+def write_fisheye_capture(src, dst, frames=None, coeffs=COEFFS, fill: bool = False):
     """An OPENCV_FISHEYE capture (nerfstudio format) made from a pinhole one: each image redrawn
     through the KB4 fisheye model with coefficients `coeffs`, as a fisheye lens in that pose would
     have seen the scene. `frames`: the first that many frames (by file name), or all.
@@ -118,3 +121,15 @@ def write_fisheye_capture(src, dst, frames=None, coeffs=(0.12, 0.03, 0.0, 0.0), 
         meta.pop(key, None)
     (dst / "transforms.json").write_text(json.dumps(meta))
     return K_fish, originals, K
+
+
+def diagonal_fov(K, coeffs, width: int, height: int) -> float:
+    """Degrees between the rays of opposite corners of a KB4 fisheye frame (the wider diagonal)."""
+    import cv2
+
+    corners = np.array([[0, 0], [width, height], [width, 0], [0, height]], np.float64).reshape(-1, 1, 2) - 0.5
+    Kcv = np.array(K, np.float64).copy()
+    Kcv[:2, 2] -= 0.5
+    xy = cv2.fisheye.undistortPoints(corners, Kcv, np.array(coeffs, np.float64)).reshape(-1, 2)
+    theta = np.arctan(np.hypot(xy[:, 0], xy[:, 1]))
+    return float(np.degrees(max(theta[0] + theta[1], theta[2] + theta[3])))

@@ -6,7 +6,7 @@ the instructions are equal, the speed is equal whatever a noisy host's timings s
 differ, the differing lines are printed, and `benchmarks.versus` times them.
 
     git worktree add /tmp/before <commit>
-    python -m benchmarks.same_programs --before /tmp/before [--gaussians 10000]
+    python -m tools.same_programs --before /tmp/before [--gaussians 10000]
 """
 from __future__ import annotations
 
@@ -42,7 +42,10 @@ def programs(n: int) -> dict:
     import jax
     import jax.numpy as jnp
 
-    from benchmarks.rasterizer import HEIGHT, WIDTH, realistic_scene
+    try:
+        from tools.programs import HEIGHT, WIDTH, realistic_scene
+    except ImportError:  # a tree from before tools/: its scene in benchmarks.rasterizer
+        from benchmarks.rasterizer import HEIGHT, WIDTH, realistic_scene
     from benchmarks.train import build_trainer
     import jax_backend
     from jax_backend import rasterization
