@@ -1,26 +1,31 @@
-"""Rasterizer benchmark: forward and forward+backward time and peak process memory, flat vs
-standard, at 504x378 with 10k / 100k / 300k Gaussians of realistic sizes.
+"""The rasterizers, on their own.
 
-Every measurement runs in its own subprocess (peak RSS is per process), one after another in this
-one run, and the ratios are printed from figures measured side by side.
+speed: forward and forward+backward time and peak process memory, flat vs standard, at 504x378
+with 10k / 100k / 300k Gaussians of realistic sizes (`tools.programs.realistic_scene`); every
+configuration in a process of its own, one after another in this one run, the ratios from figures
+measured side by side.
+exactness: against the dense float64 reference renderer (`tests/reference.py`), per rasterizer and
+scene family: the worst absolute difference in colour or alpha over every pixel, and how many
+pixels sit within float32 rounding of a threshold decision (alpha against 1/255, transmittance
+against 1e-4; see docs/rendering.md).
 
-    python -m benchmarks.rasterizer [--sizes 10000 100000 300000] [--repeats 5]
+    python -m benchmarks.rasterizer speed [--sizes 10000 100000 300000] [--repeats 5]
+    python -m benchmarks.rasterizer exactness [--seeds 40] [--pallas-seeds 4]
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import resource
-import subprocess
 import sys
 import time
+from typing import List
 
+from benchmarks.harness import ROOT, cli, in_process
 from tools.programs import HEIGHT, WIDTH, realistic_scene
 
 
 def measure(n: int, rasterizer: str, mode: str, repeats: int) -> dict:
-    """Runs in the child process."""
+    """One configuration, in a process of its own (`harness.in_process`: peak RSS is per process)."""
     import jax
     import jax.numpy as jnp
 
@@ -60,52 +65,80 @@ def measure(n: int, rasterizer: str, mode: str, repeats: int) -> dict:
     }
 
 
-def run_child(n, rasterizer, mode, repeats) -> dict:
-    cmd = [sys.executable, "-m", "benchmarks.rasterizer", "--child", str(n), rasterizer, mode, "--repeats", str(repeats)]
-    env = dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu"))
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    if out.returncode != 0:
-        raise RuntimeError(f"benchmark child failed: {' '.join(cmd)}\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 300_000])
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--rasterizers", nargs="+", default=["flat", "standard"])
-    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
-    a = ap.parse_args()
-    if a.child:
-        n, r, m = a.child
-        print(json.dumps(measure(int(n), r, m, a.repeats)))
-        return
+def speed(sizes: List[int] = [10_000, 100_000, 300_000], repeats: int = 5,
+          rasterizers: List[str] = ["flat", "standard"]) -> None:
+    """Time and peak memory of each rasterizer, forward and forward+backward."""
     import jax
 
     print(f"# jax {jax.__version__}, backend {os.environ.get('JAX_PLATFORMS', 'default')}, {WIDTH}x{HEIGHT}, "
-          f"median of {a.repeats}; memory = peak RSS of a process doing only that")
+          f"median of {repeats}; memory = peak RSS of a process doing only that")
     rows = {}
-    for n in a.sizes:
-        for r in a.rasterizers:
+    for n in sizes:
+        for r in rasterizers:
             for m in ("forward", "fwd+bwd"):
-                rows[n, r, m] = res = run_child(n, r, m, a.repeats)
+                rows[n, r, m] = res = in_process("benchmarks.rasterizer:measure", n=n, rasterizer=r, mode=m,
+                                                 repeats=repeats)
                 print(f"N={n:>7} {r:>8} {m:>8}: {res['median_s'] * 1e3:8.1f} ms  peak {res['peak_rss_mib']:7.0f} MiB  "
                       f"isects {res['intersections']}  (compile {res['compile_s']:.1f} s)", flush=True)
     print()
     print("| Gaussians | intersections | rasterizer | forward ms | fwd+bwd ms | peak MiB (fwd+bwd) |")
     print("|---|---|---|---|---|---|")
-    for n in a.sizes:
-        for r in a.rasterizers:
+    for n in sizes:
+        for r in rasterizers:
             f, b = rows[n, r, "forward"], rows[n, r, "fwd+bwd"]
-            print(f"| {n} | {f['intersections']} | {r} | {f['median_s'] * 1e3:.1f} | {b['median_s'] * 1e3:.1f} | {b['peak_rss_mib']:.0f} |")
-    if len(a.rasterizers) == 2:
-        x, y = a.rasterizers
+            print(f"| {n} | {f['intersections']} | {r} | {f['median_s'] * 1e3:.1f} | {b['median_s'] * 1e3:.1f} | "
+                  f"{b['peak_rss_mib']:.0f} |")
+    if len(rasterizers) == 2:
+        x, y = rasterizers
         print()
-        for n in a.sizes:
+        for n in sizes:
             for m in ("forward", "fwd+bwd"):
                 print(f"N={n}: {m} time {y}/{x} = {rows[n, y, m]['median_s'] / rows[n, x, m]['median_s']:.2f}, "
                       f"peak memory {y}/{x} = {rows[n, y, m]['peak_rss_mib'] / rows[n, x, m]['peak_rss_mib']:.2f}")
 
 
+def exactness(seeds: int = 40, pallas_seeds: int = 4) -> None:
+    """Worst differences from the float64 reference (`pallas_seeds`: Pallas runs interpreted on a
+    CPU, slowly)."""
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "tests"))  # reference.py, scenes.py
+    import reference
+    from jax_backend import rasterization
+    from scenes import cameras, hard_scene, off_centre_intrinsics, wide_scene
+
+    def hard(seed):
+        w, h = 77, 53
+        vms, Ks = cameras(w, h, n=1, seed=seed)
+        return hard_scene(seed=seed), [(vms[0], Ks[0], w, h)]
+
+    def wide(seed):
+        scene, vm = wide_scene(seed)
+        return scene, [(vm, off_centre_intrinsics(w, h, seed), w, h) for w, h in ((97, 41), (40, 90))]
+
+    print("| family | rasterizer | images | worst |error| | worst where no threshold is ambiguous | ambiguous pixels |")
+    print("|---|---|---|---|---|---|")
+    for name, family in (("hard (tests/scenes.hard_scene)", hard), ("wide (tests/scenes.wide_scene)", wide)):
+        for rasterizer in ("flat", "standard", "pallas"):
+            count = pallas_seeds if rasterizer == "pallas" else seeds
+            worst = worst_sure = 0.0
+            images = ambiguous = 0
+            for seed in range(count):
+                s, views = family(seed)
+                for vm, K, w, h in views:
+                    ref, ref_alpha, margin = reference.render(s["means"], s["quats"], s["scales"], s["opacities"],
+                                                              s["colors"], vm, K, w, h, return_margin=True)
+                    img, alpha, _ = rasterization(s["means"], s["quats"], s["scales"], s["opacities"], s["colors"],
+                                                  vm[None], K[None], w, h, rasterizer=rasterizer)
+                    err = np.maximum(np.abs(np.asarray(img[0]) - ref).max(-1),
+                                     np.abs(np.asarray(alpha[0, ..., 0]) - ref_alpha))
+                    sure = margin >= 1e-5
+                    worst, worst_sure = max(worst, float(err.max())), max(worst_sure, float(err[sure].max()))
+                    ambiguous += int((~sure).sum())
+                    images += 1
+            print(f"| {name} | {rasterizer} | {images} | {worst:.2e} | {worst_sure:.2e} | {ambiguous} |", flush=True)
+
+
+
 if __name__ == "__main__":
-    main()
+    cli({"speed": speed, "exactness": exactness}, "rasterizer")

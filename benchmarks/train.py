@@ -3,20 +3,18 @@ dispatched from a Python loop, and of each rasterizer inside training; peak proc
 
 Scene: 504x378, 10k Gaussians of realistic sizes (tools.programs.realistic_scene), 8 views
 rendered from them; training starts from those Gaussians (density control off, so every
-configuration does the same work). Each configuration runs in its own process, one after the
-other in this run; ratios come from figures measured side by side.
+configuration does the same work). Each configuration runs in its own process (`harness.in_process`),
+one after the other in this run; ratios come from figures measured side by side.
 
     python -m benchmarks.train [--gaussians 10000] [--steps 40]
 """
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import resource
-import subprocess
-import sys
 import time
+from typing import List
+
+from benchmarks.harness import cli, in_process
 
 CONFIGS = {
     "scan-flat": ("flat", "scan"),
@@ -80,25 +78,12 @@ def measure(n: int, name: str, steps: int) -> dict:
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--gaussians", type=int, default=10_000)
-    ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--configs", nargs="+", default=list(CONFIGS))
-    ap.add_argument("--child", help=argparse.SUPPRESS)
-    a = ap.parse_args()
-    if a.child:
-        print(json.dumps(measure(a.gaussians, a.child, a.steps)))
-        return
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    print(f"# 504x378, {a.gaussians} Gaussians, {a.steps} timed steps after compiling; one process per configuration")
+def main(gaussians: int = 10_000, steps: int = 40, configs: List[str] = list(CONFIGS)) -> None:
+    """Steps per second of each configuration (`configs`: of scan-flat, loop-flat, scan-standard)."""
+    print(f"# 504x378, {gaussians} Gaussians, {steps} timed steps after compiling; one process per configuration")
     rows = {}
-    for name in a.configs:
-        out = subprocess.run([sys.executable, "-m", "benchmarks.train", "--child", name, "--gaussians", str(a.gaussians),
-                              "--steps", str(a.steps)], capture_output=True, text=True, cwd=root)
-        if out.returncode:
-            raise RuntimeError(f"{name} failed:\n{out.stderr[-3000:]}")
-        rows[name] = r = json.loads(out.stdout.strip().splitlines()[-1])
+    for name in configs:
+        rows[name] = r = in_process("benchmarks.train:measure", n=gaussians, name=name, steps=steps)
         print(f"{name:>14}: {r['steps_per_s']:.2f} steps/s, peak {r['peak_rss_mib']:.0f} MiB, "
               f"{r['intersections']:.0f} intersections/step, PSNR {r['psnr']:.1f}", flush=True)
     print()
@@ -109,4 +94,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    cli(main, "train")

@@ -495,8 +495,8 @@ def test_init_ply_that_is_not_a_splat_stops_naming_it(tmp_path):
 
 
 def test_the_benchmarks_filled_fisheye_capture_sees_the_fox_in_every_pixel(tmp_path):
-    """`benchmarks/fisheye.py`'s capture: the fox undistorted, then redrawn through a KB4 fisheye whose
-    focal lengths leave no pixel outside the fox's image (the corners hold content, not black), as
+    """The fisheye benchmark's capture (`tools.captures`): the fox undistorted, then redrawn
+    through a KB4 fisheye whose focal lengths leave no pixel outside the fox's image (the corners hold content, not black), as
     wide as fits: its diagonal field of view is the fox's pinhole one."""
     from PIL import Image
 

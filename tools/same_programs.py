@@ -23,8 +23,6 @@ import sys
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-from benchmarks.versus import tree_env  # noqa: E402  (each tree's process: its own code first)
-
 
 def instructions(compiled_text: str) -> str:
     """The optimised HLO's instructions without source locations (file and line tables, metadata),
@@ -99,9 +97,11 @@ def main():
         out, texts = programs(a.gaussians)
         print(json.dumps({"digests": out, "texts": texts}))
         return
+    from benchmarks.harness import tree_env
+
     res = {}
     for name, tree in (("before", a.before), ("after", HERE)):
-        env = tree_env(tree)
+        env = tree_env(tree)  # each tree's process: its own code first
         # this file is run from the after tree in both: it reads each tree's own library and benchmarks
         out = subprocess.run([sys.executable, os.path.abspath(__file__), "--before", "-", "--child",
                               "--gaussians", str(a.gaussians)], capture_output=True, text=True, cwd=tree, env=env)

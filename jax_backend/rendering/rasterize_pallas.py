@@ -198,7 +198,7 @@ def pallas_backward(cfg, geom, feats, ids, tiles: Tiles, cot, behind0):
 def backward_call(geom, feats, ids, tiles: Tiles, cot, behind0, add, zeros, platform: str, rule=GAUSSIAN_RULE):
     """The backward kernel over every tile, its sums landing in `zeros` (aliased to the output) by
     `add(acc_ref, gid, slot, k, value)`: `add_atomic` into rows per Gaussian (jax-gs), or a store
-    into rows per intersection slot (`benchmarks/backward_sums.py`'s comparison); lowered for
+    into rows per intersection slot (compared in docs/gpu.md); lowered for
     `platform` (`_lowering`)."""
     pl = _pallas()
     ch = feats.shape[0]
