@@ -26,7 +26,7 @@ import threading
 import time
 from pathlib import Path
 
-from .profile_capture import SNOWMIKU
+from benchmarks.capture import SNOWMIKU
 
 SIZE = (2016, 1512)
 MARKERS = (("caching", "Caching / undistorting train images"), ("engine", "training images of up to"),
