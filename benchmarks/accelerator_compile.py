@@ -34,7 +34,7 @@ Programs (`PROGRAMS`), on a capture of fern's size (20 views of 504x378) unless 
 Every compile runs in its own process, one after another in this one run.
 
     python -m benchmarks.accelerator_compile [--targets cpu v5e:2x2 v6e:2x2 h200 a100] [--programs ...] [--out FILE]
-    python -m benchmarks.accelerator_compile --targets v5e:2x2 --fit 250000 500000 1000000 2000000  # sized to fit
+    python -m benchmarks.accelerator_compile --targets v5e:2x2 --fit-gaussians 250000 500000 1000000 2000000  # sized to fit
         [--fit-programs block-default block-shard4] [--fit-sizes 504x378 1297x840]
 
 Compile-only: nothing here has run on a TPU or a GPU. The figures say how long XLA takes to
@@ -43,14 +43,14 @@ many kernels it would launch; not how fast it runs.
 """
 from __future__ import annotations
 
-import argparse
-import functools
 import itertools
 import json
 import os
-import subprocess
 import sys
 import time
+from typing import List, Optional
+
+from benchmarks.harness import cli, in_process
 
 from tools.programs import (GPU_TARGETS, HEIGHT, SIZES, WIDTH, lower_program, raster_program, scene_views,
                             target_devices, trainer_for)
@@ -243,23 +243,35 @@ def launch_table(rows: list) -> str:
     return "\n".join(lines)
 
 
-def fit(a):
+def _compiled(program: str, target: str, env: dict, **kwargs) -> dict:
+    """`measure` in a process of its own; a failure as a row with its error."""
+    try:
+        return in_process("benchmarks.accelerator_compile:measure", env=env, program=program, target_name=target,
+                          **kwargs)
+    except RuntimeError as e:
+        return {"program": program, "target": target, "error": str(e).strip().splitlines()[-1][:300]}
+
+
+def _append(out: Optional[str], row: dict) -> None:
+    if out:
+        with open(out, "a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
+def fit(targets: List[str], fit_programs: List[str], fit_sizes: List[str], gaussians: List[int],
+        out: Optional[str]) -> None:
     """The train blocks' HBM per chip at each Gaussian count and image size."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, JAX_PLATFORMS="cpu", TPU_SKIP_MDS_QUERY="1")
-    target = next(t for t in a.targets if t != "cpu")
+    env = {"TPU_SKIP_MDS_QUERY": "1"}
+    target = next(t for t in targets if t != "cpu")
     chip = target.split(":")[0]
     print(f"# train blocks (100 steps, SH 3, 20 views) compiled for {target}: HBM per chip (arguments + outputs + "
           f"temporaries + code) against {HBM_GIB[chip]} GiB; block-shardK: the Gaussians' rows split over K chips",
           flush=True)
-    for program, size, n in itertools.product(a.fit_programs, a.fit_sizes, a.fit):
-        out = subprocess.run([sys.executable, "-m", "benchmarks.accelerator_compile", "--child", program, target,
-                              "--gaussians", str(n), "--size", size], capture_output=True, text=True, cwd=root,
-                             env=env)
-        if out.returncode:
-            print(f"{program} {size:>9} {n:>9}: FAILED: {out.stderr.strip().splitlines()[-1][:300]}", flush=True)
+    for program, size, n in itertools.product(fit_programs, fit_sizes, gaussians):
+        r = _compiled(program, target, env, gaussians=n, size=[int(v) for v in size.split("x")])
+        if "error" in r:
+            print(f"{program} {size:>9} {n:>9}: FAILED: {r['error']}", flush=True)
             continue
-        r = json.loads(out.stdout.strip().splitlines()[-1])
         total = r["hbm_bytes"] + r["generated_code_size_in_bytes"]
         print(f"{program} {size:>9} {n:>9} Gaussians ({r['capacity']} slots, buffer {r['isect_capacity']}): "
               f"{total / 2**30:.2f} GiB (args {r['argument_size_in_bytes'] / 2**30:.2f}, "
@@ -267,53 +279,35 @@ def fit(a):
               + (f"a step sends {r['step_sent_bytes'] / 1e6:.1f} MB per device, the block's end "
                  f"{r['block_end_sent_bytes'] / 1e6:.1f} MB, " if "block_end_sent_bytes" in r else "") +
               f"fits: {'yes' if r['fits'] else 'no'}", flush=True)
-        if a.out:
-            with open(a.out, "a") as f:
-                f.write(json.dumps(r) + "\n")
+        _append(out, r)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--targets", nargs="+", default=["cpu", "v5e:2x2", "v6e:2x2"])
-    ap.add_argument("--programs", nargs="+", default=None, choices=PROGRAMS + [SEED] + SIXTEEN,
-                    help=f"default: all ({SEED} with --seed-dir)")
-    ap.add_argument("--seed-dir", default=os.environ.get("JAXGS_SEED_DIR"),
-                    help="a checkout of github.com/ghif/jax-gs (outside this repository): adds its rasterizer")
-    ap.add_argument("--out", default=None, help="JSON lines file for the rows (default: print only)")
-    ap.add_argument("--fit", nargs="+", type=int, metavar="GAUSSIANS",
-                    help="instead: the default train block with these Gaussian counts at 504x378 and 1297x840, "
-                         "for the first non-cpu target (the largest that fits one chip)")
-    ap.add_argument("--fit-programs", nargs="+", default=["block-default"], choices=["block-default", "block-shard4"] + SIXTEEN,
-                    help="the blocks --fit compiles")
-    ap.add_argument("--fit-sizes", nargs="+", default=["504x378", "1297x840"], help="the image sizes --fit compiles")
-    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
-    ap.add_argument("--gaussians", type=int, default=100_000, help=argparse.SUPPRESS)
-    ap.add_argument("--size", default=f"{WIDTH}x{HEIGHT}", help=argparse.SUPPRESS)
-    a = ap.parse_args()
-    if a.child:
-        print(json.dumps(measure(*a.child, a.gaussians, tuple(int(v) for v in a.size.split("x")))))
-        return
-    if a.fit:
-        fit(a)
-        return
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, JAX_PLATFORMS="cpu", TPU_SKIP_MDS_QUERY="1")
-    if a.seed_dir:
-        env["JAXGS_SEED_DIR"] = os.path.abspath(a.seed_dir)
-    if a.programs is None:
-        a.programs = PROGRAMS + ([SEED] if a.seed_dir else [])
-    print(f"# jax-gs programs compiled for {', '.join(a.targets)} on this host ({os.cpu_count()} cores); "
+def main(targets: List[str] = ["cpu", "v5e:2x2", "v6e:2x2"], programs: Optional[List[str]] = None,
+         seed_dir: Optional[str] = os.environ.get("JAXGS_SEED_DIR"), out: Optional[str] = None,
+         fit_gaussians: Optional[List[int]] = None, fit_programs: List[str] = ["block-default"],
+         fit_sizes: List[str] = ["504x378", "1297x840"]) -> None:
+    """Every program compiled for every target, one process per compile (`programs`: of PROGRAMS,
+    default all, the seed's with `seed_dir`: a checkout of github.com/ghif/jax-gs kept outside this
+    repository; `out`: a JSON lines file for the rows). With `fit_gaussians`, instead: the blocks of
+    `fit_programs` (block-default, block-shard4, 16-chip ones) with these Gaussian counts at each
+    of `fit_sizes`, for the first non-cpu target (the largest that fits one chip)."""
+    known = PROGRAMS + [SEED] + SIXTEEN
+    unknown = sorted(set(programs or []) - set(known))
+    if unknown:
+        raise SystemExit(f"--programs {' '.join(unknown)}: not one of {' '.join(known)}")
+    if fit_gaussians:
+        return fit(targets, fit_programs, fit_sizes, fit_gaussians, out)
+    env = {"TPU_SKIP_MDS_QUERY": "1"}
+    if seed_dir:
+        env["JAXGS_SEED_DIR"] = os.path.abspath(seed_dir)
+    programs = programs or PROGRAMS + ([SEED] if seed_dir else [])
+    print(f"# jax-gs programs compiled for {', '.join(targets)} on this host ({os.cpu_count()} cores); "
           f"one process per compile", flush=True)
     rows = []
-    for program in a.programs:
-        for target in a.targets:
+    for program in programs:
+        for target in targets:
             t0 = time.time()
-            out = subprocess.run([sys.executable, "-m", "benchmarks.accelerator_compile", "--child", program, target],
-                                 capture_output=True, text=True, cwd=root, env=env)
-            if out.returncode:
-                row = {"program": program, "target": target, "error": out.stderr.strip().splitlines()[-1][:300]}
-            else:
-                row = json.loads(out.stdout.strip().splitlines()[-1])
+            row = _compiled(program, target, env)
             rows.append(row)
             if "error" in row:
                 print(f"{program:>22} {target:>8}: FAILED ({time.time() - t0:.0f} s): {row['error']}", flush=True)
@@ -326,22 +320,20 @@ def main():
                          if "step_sent_bytes" in row else "")
                       + (f", {row['launches']:.0f} launches ({row['while_loops']} while loops)" if "launches" in row
                          else ""), flush=True)
-            if a.out:
-                with open(a.out, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+            _append(out, row)
     print()
-    print(table(rows, a.targets))
+    print(table(rows, targets))
     if any("launches" in r for r in rows):
         print()
         print(launch_table(rows))
-    for t in a.targets:
+    for t in targets:
         if t == "cpu":
             continue
-        for p in a.programs:
+        for p in programs:
             by = {r["target"]: r for r in rows if r["program"] == p and r["target"] in (t, "cpu") and "error" not in r}
             if t in by and "cpu" in by:
                 print(f"{p:>22}: {t} compile / cpu compile = {by[t]['compile_s'] / by['cpu']['compile_s']:.2f}x")
 
 
 if __name__ == "__main__":
-    main()
+    cli(main, "accelerator_compile")

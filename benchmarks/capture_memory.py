@@ -16,7 +16,6 @@ steady = the median over the last half of training.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
@@ -25,8 +24,10 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 from benchmarks.capture import SNOWMIKU
+from benchmarks.harness import cli
 
 SIZE = (2016, 1512)
 MARKERS = (("caching", "Caching / undistorting train images"), ("engine", "training images of up to"),
@@ -116,36 +117,31 @@ def run(capture: Path, steps: int, out: Path, every: float = 0.5) -> dict:
             "seconds": time.time() - start, "rc": proc.returncode, "samples": samples, "log": "".join(log[-40:])}
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--photos", default="100,200,388")
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--every", type=float, default=0.5, help="seconds between RSS samples")
-    ap.add_argument("--keep", type=Path, default=None, help="folder for the captures (made once, reused)")
-    a = ap.parse_args()
-    root = a.keep or Path(tempfile.mkdtemp(prefix="capture_memory_"))
+def main(photos: str = "100,200,388", steps: int = 20, every: float = 0.5, keep: Optional[Path] = None) -> None:
+    """RSS over each run's phases; `every`: seconds between RSS samples; `keep`: a folder for the
+    captures (made once, reused)."""
+    root = keep or Path(tempfile.mkdtemp(prefix="capture_memory_"))
     gib = 2**30
-    print(f"# python -m benchmarks.capture_memory {' '.join(sys.argv[1:])}")
     print(f"# snowmiku's photos upscaled to {SIZE[0]}x{SIZE[1]} and repeated (COLMAP, SIMPLE_RADIAL: undistorted), "
-          f"ns-train jax-gs at full resolution for {a.steps} steps; RSS of the process tree, GiB")
+          f"ns-train jax-gs at full resolution for {steps} steps; RSS of the process tree, GiB")
     print("| photos | images (uint8 RGB) | start-up | caching | engine | training | peak / images | steady | "
           "steady / images | run s |")
     print("|---|---|---|---|---|---|---|---|---|---|")
-    for photos in (int(x) for x in a.photos.split(",")):
-        capture = root / f"capture_{photos}"
-        images = make_capture(capture, photos)
-        r = run(capture, a.steps, root / f"out_{photos}", a.every)
+    for count in (int(x) for x in photos.split(",")):
+        capture = root / f"capture_{count}"
+        images = make_capture(capture, count)
+        r = run(capture, steps, root / f"out_{count}", every)
         if r["rc"] != 0:
-            print(f"| {photos} | run failed (exit {r['rc']}) |\n```\n{r['log']}```", flush=True)
+            print(f"| {count} | run failed (exit {r['rc']}) |\n```\n{r['log']}```", flush=True)
             continue
         p = r["peaks"]
-        print(f"| {photos} | {images / gib:.2f} | " + " | ".join(f"{p.get(k, 0) / gib:.2f}" for k in
+        print(f"| {count} | {images / gib:.2f} | " + " | ".join(f"{p.get(k, 0) / gib:.2f}" for k in
                                                                 ("start-up", "caching", "engine", "training"))
               + f" | {r['peak'] / gib:.2f} ({r['peak'] / images:.1f}x) | {r['steady'] / gib:.2f} | "
                 f"{r['steady'] / images:.1f}x | {r['seconds']:.0f} |", flush=True)
-    if a.keep is None:
+    if keep is None:
         shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    main()
+    cli(main, "capture_memory")

@@ -16,12 +16,11 @@ twice the 2 intersections a Gaussian of a full-resolution view of snowmiku at 1M
 """
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import subprocess
-import sys
 import time
+from typing import List, Optional
+
+from benchmarks.harness import cli, in_process
 
 SLOTS, BUFFER, VIEWS, SIZE = 1 << 17, 1 << 20, 20, (1008, 756)
 POINTS = {  # name: (method, slots, buffer, views, (width, height), images)
@@ -67,7 +66,7 @@ def build(point: str):
 
 
 def measure(point: str, target_name: str) -> dict:
-    """In the child process: compile one point's block for one target."""
+    """Compile one point's block for one target (in a child process: `compiled_point`)."""
     from tools.programs import target_devices
     from jax_backend.training import aot
 
@@ -151,42 +150,40 @@ def report(rows: list, targets: list) -> str:
     return "\n".join(lines)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--targets", nargs="+", default=["cpu", "v5e:2x2", "v6e:2x2", "h200"])
-    ap.add_argument("--points", nargs="+", default=list(POINTS), choices=list(POINTS),
-                    help="design points to compile (default: all; the tables need all)")
-    ap.add_argument("--out", default=None, help="JSON lines file for the rows")
-    ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
-    a = ap.parse_args()
-    if a.child:
-        import jax
+def compiled_point(point: str, target_name: str) -> dict:
+    """`measure` in a child process of its own (`harness.in_process`), four CPU devices."""
+    import jax
 
-        jax.config.update("jax_num_cpu_devices", 4)
-        print(json.dumps(measure(*a.child)))
-        return
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, JAX_PLATFORMS="cpu", TPU_SKIP_MDS_QUERY="1")
+    jax.config.update("jax_num_cpu_devices", 4)
+    return measure(point, target_name)
+
+
+def main(targets: List[str] = ["cpu", "v5e:2x2", "v6e:2x2", "h200"], points: List[str] = list(POINTS),
+         out: Optional[str] = None) -> None:
+    """Each design point's block compiled for each target (`points`: of POINTS; the tables need
+    all), one process each; `out`: a JSON lines file for the rows."""
+    unknown = sorted(set(points) - set(POINTS))
+    if unknown:
+        raise SystemExit(f"--points {' '.join(unknown)}: not one of {' '.join(POINTS)}")
     rows = []
-    for target in a.targets:
-        for point in a.points:
-            out = subprocess.run([sys.executable, "-m", "benchmarks.memory_fit", "--child", point, target],
-                                 capture_output=True, text=True, cwd=root, env=env)
-            if out.returncode:
-                row = {"point": point, "target": target, "error": out.stderr.strip().splitlines()[-1][:300]}
-                print(f"{target:>9} {point:>15}: FAILED: {row['error']}", flush=True)
-            else:
-                row = json.loads(out.stdout.strip().splitlines()[-1])
+    for target in targets:
+        for point in points:
+            try:
+                row = in_process("benchmarks.memory_fit:compiled_point", env={"TPU_SKIP_MDS_QUERY": "1"}, point=point,
+                                 target_name=target)
                 print(f"{target:>9} {point:>15}: {row['bytes'] / 2**30:.3f} GiB (args "
                       f"{row['argument_size_in_bytes'] / 2**30:.3f}, temp {row['temp_size_in_bytes'] / 2**30:.3f}), "
                       f"compile {row['compile_s']:.0f} s", flush=True)
+            except RuntimeError as e:
+                row = {"point": point, "target": target, "error": str(e).strip().splitlines()[-1][:300]}
+                print(f"{target:>9} {point:>15}: FAILED: {row['error']}", flush=True)
             rows.append(row)
-            if a.out:
-                with open(a.out, "a") as f:
+            if out:
+                with open(out, "a") as f:
                     f.write(json.dumps(row) + "\n")
     print()
-    print(report(rows, a.targets))
+    print(report(rows, targets))
 
 
 if __name__ == "__main__":
-    main()
+    cli(main, "memory_fit")
