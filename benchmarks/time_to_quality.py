@@ -9,16 +9,15 @@ lower of the two final PSNRs (the first checkpoint at or above it, interpolated 
 checkpoints), with their ratio.
 
     python -m benchmarks.time_to_quality --scene snowmiku \\
-        --recipe "jax-gs --max-num-iterations 7000" --recipe "jax-gs-fast" --save-every 500
+        --recipe "jax-gs --max-num-iterations 7000" "jax-gs-fast" --save-every 500
     python -m benchmarks.time_to_quality --scene fox --recipe "jax-gs --max-num-iterations 1000" \\
-        --recipe "jax-gs-mcmc --max-num-iterations 1000" --save-every 250
+        "jax-gs-mcmc --max-num-iterations 1000" --save-every 250
 
 Scenes: snowmiku (`../shared/data/snowmiku`, colmap --colmap-path sparse/0 --downscale-factor 4) and
 fox (`data/fox`, nerfstudio-data); the dataparser's own split holds out the evaluation views.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -28,6 +27,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import List, Literal, Optional
+
+from benchmarks.harness import cli, run_command
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -48,20 +50,8 @@ def train(recipe: str, scene: str, out: Path, save_every: int, name: str, stop_a
            "--vis", "tensorboard", "--viewer.quit-on-train-completion", "True",
            "--steps-per-save", str(save_every), "--save-only-latest-checkpoint", "False", *args, *parser]
     start = time.time()
-    log = out / f"{name}.log"
-    stopped = False
-    with open(log, "w") as f:
-        proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=dict(os.environ, JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS", "cpu")))
-        try:
-            proc.wait(timeout=stop_after)
-        except subprocess.TimeoutExpired:  # checkpoints are written atomically: those on disk are whole
-            stopped = True
-            proc.terminate()
-            proc.wait()
-    total = time.time() - start
-    if proc.returncode and not stopped:
-        raise RuntimeError(f"{recipe!r} failed ({proc.returncode}); its output: {log}")
+    result = run_command(cmd, out / f"{name}.log", timeout=stop_after)
+    total, stopped = result["seconds"], result["stopped"]
     run = next(out.glob(f"*/{method}/{name}"))
     times = {int(re.search(r"step-(\d+)\.ckpt", p.name)[1]): p.stat().st_mtime - start
              for p in (run / "nerfstudio_models").glob("step-*.ckpt")}
@@ -117,31 +107,23 @@ def time_to(curve: list, target: float):
     return None
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--scene", choices=sorted(SCENES), default="snowmiku")
-    ap.add_argument("--recipe", action="append", required=True,
-                    help="an ns-train method and its settings (twice: side by side; once: its curve alone)")
-    ap.add_argument("--save-every", type=int, default=500)
-    ap.add_argument("--stop-after", type=float, default=None,
-                    help="seconds: stop a recipe's ns-train then and measure the checkpoints it wrote (a partial curve)")
-    ap.add_argument("--out", type=Path, default=None, help="where the runs go (default: a temporary folder)")
-    a = ap.parse_args()
-    if len(a.recipe) not in (1, 2):
-        ap.error("give one or two --recipe")
-    out = a.out or Path(tempfile.mkdtemp(prefix="time_to_quality_"))
+def main(recipe: List[str], scene: Literal["snowmiku", "fox"] = "snowmiku", save_every: int = 500,
+         stop_after: Optional[float] = None, out: Optional[Path] = None) -> None:
+    """`recipe`: one or two ns-train methods with their settings (two: side by side; one: its curve
+    alone); `stop_after`: seconds, stop a recipe's ns-train then and measure the checkpoints it
+    wrote (a partial curve); `out`: where the runs go (default: a temporary folder)."""
+    if len(recipe) not in (1, 2):
+        raise SystemExit("--recipe: give one or two recipes")
+    out = out or Path(tempfile.mkdtemp(prefix="time_to_quality_"))
     out.mkdir(parents=True, exist_ok=True)
-    print(f"# python -m benchmarks.time_to_quality --scene {a.scene} "
-          + " ".join(f"--recipe {shlex.quote(r)}" for r in a.recipe) + f" --save-every {a.save_every}"
-          + (f" --stop-after {a.stop_after:g}" if a.stop_after else ""))
     print(f"# runs in {out}; seconds from each ns-train command's start to its checkpoint's write")
     curves = []
-    for i, recipe in enumerate(a.recipe):
-        run, times, total, stopped = train(recipe, a.scene, out, a.save_every, f"recipe{i}", a.stop_after)
+    for i, one in enumerate(recipe):
+        run, times, total, stopped = train(one, scene, out, save_every, f"recipe{i}", stop_after)
         rows = [(step, t, evaluate(run, step)) for step, t in times.items()]
         counts = gaussian_counts(run)
-        curves.append((recipe, rows))
-        print(f"\n{recipe} (" + (f"stopped after {total:.0f} s at the limit: the curve ends at its last checkpoint)"
+        curves.append((one, rows))
+        print(f"\n{one} (" + (f"stopped after {total:.0f} s at the limit: the curve ends at its last checkpoint)"
                                   if stopped else f"the whole command: {total:.0f} s)"))
         print("| step | seconds | held-out PSNR | SSIM | Gaussians |")
         print("|---|---|---|---|---|")
@@ -161,4 +143,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    cli(main, "time_to_quality")
