@@ -11,9 +11,11 @@ DefaultStrategy defaults (gsplat's: gradient 0.0002, prune-opacity 0.005, prune-
 """
 from __future__ import annotations
 
-import argparse
 import time
 from pathlib import Path
+from typing import List, Literal
+
+from benchmarks.harness import cli
 
 
 
@@ -23,49 +25,43 @@ def heldout_psnr(trainer, test):
     return evaluation.heldout_psnr(trainer, *test)
 
 
-def main():
+def main(data: Path = Path(__file__).resolve().parents[2] / "shared" / "data" / "fox",
+         steps: List[int] = [2000, 7000], strategy: Literal["default", "mcmc"] = "default", init_points: int = 20000,
+         max_gaussians: int = 40000, init_extent: float = 0.5, rasterizer: str = "flat", log_every: int = 500,
+         steps_per_block: int = 100, density: Literal["engine", "splatfacto"] = "engine") -> None:
+    """Held-out PSNR at each of `steps`. `max_gaussians`: the budget (0: none); `init_extent`:
+    half-size of the initial cube over the camera radius; `density`: the engine's or splatfacto's
+    density settings."""
     from jax_backend import TrainConfig, Trainer, init_random, make_dataset, make_strategy
 
     from tools.captures import load_transforms
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared" / "data" / "fox"))
-    ap.add_argument("--steps", type=int, nargs="+", default=[2000, 7000])
-    ap.add_argument("--strategy", choices=["default", "mcmc"], default="default")
-    ap.add_argument("--init-points", type=int, default=20000)
-    ap.add_argument("--max-gaussians", type=int, default=40000, help="Gaussian budget (0: none)")
-    ap.add_argument("--init-extent", type=float, default=0.5, help="half-size of the initial cube / camera radius")
-    ap.add_argument("--rasterizer", default="flat")
-    ap.add_argument("--log-every", type=int, default=500)
-    ap.add_argument("--steps-per-block", type=int, default=100)
-    ap.add_argument("--density", choices=["engine", "splatfacto"], default="engine")
-    a = ap.parse_args()
-    d = load_transforms(a.data)
-    data = make_dataset(*d["train"])
+    d = load_transforms(data)
+    dataset = make_dataset(*d["train"])
     # random initial Gaussians in a cube around the scene centre, half the camera radius across
     # (the capture has no point cloud; Gaussians right in front of the cameras only cost time)
-    r = a.init_extent * d["scene_extent"] / 1.1
+    r = init_extent * d["scene_extent"] / 1.1
     lo, hi = [-r] * 3, [r] * 3
-    if a.density == "splatfacto":
+    if density == "splatfacto":
         from nerfstudio_jaxgs.model import JaxGSModelConfig
         from nerfstudio_jaxgs.settings import strategy as plugin_strategy
 
-        name, settings = plugin_strategy(JaxGSModelConfig(strategy=a.strategy, max_gaussians=a.max_gaussians),
-                                         data.num_views)
-        strategy = make_strategy(name, **settings)
+        name, settings = plugin_strategy(JaxGSModelConfig(strategy=strategy, max_gaussians=max_gaussians),
+                                         dataset.num_views)
+        rule = make_strategy(name, **settings)
     else:
-        strategy = make_strategy(a.strategy, budget=a.max_gaussians)
-    print(strategy)
-    cfg = TrainConfig(max_steps=max(a.steps), strategy=strategy, rasterizer=a.rasterizer, steps_per_block=a.steps_per_block)
-    g = init_random(a.init_points, lo, hi, sh_degree=cfg.sh_degree)
-    tr = Trainer(cfg, data, g, d["scene_extent"])
-    print(f"fox: {data.num_views} train / {len(d['test'][0])} held-out views, {data.width}x{data.height}, "
-          f"{a.strategy} strategy, {a.init_points} random initial Gaussians, budget {a.max_gaussians}")
+        rule = make_strategy(strategy, budget=max_gaussians)
+    print(rule)
+    cfg = TrainConfig(max_steps=max(steps), strategy=rule, rasterizer=rasterizer, steps_per_block=steps_per_block)
+    g = init_random(init_points, lo, hi, sh_degree=cfg.sh_degree)
+    tr = Trainer(cfg, dataset, g, d["scene_extent"])
+    print(f"fox: {dataset.num_views} train / {len(d['test'][0])} held-out views, {dataset.width}x{dataset.height}, "
+          f"{strategy} strategy, {init_points} random initial Gaussians, budget {max_gaussians}")
     print(f"step 0: held-out PSNR {heldout_psnr(tr, d['test']):.2f} dB")
     t0 = time.perf_counter()
-    for target in sorted(a.steps):
+    for target in sorted(steps):
         def cb(t, m, info):
-            if t.step % a.log_every == 0:
+            if t.step % log_every == 0:
                 print(f"  step {t.step}: train PSNR {m['psnr'].mean():.2f}, {m['num_alive']} Gaussians, "
                       f"{int(m['num_intersections'].mean())} isects, {info}, "
                       f"{time.perf_counter() - t0:.0f} s", flush=True)
@@ -76,4 +72,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    cli(main, "fox")

@@ -3,7 +3,8 @@ command line a results file starts with, a function run in a fresh process of it
 and compile caches are per process; `tree`: another checkout's code), a command run and timed
 whole, JAX work timed after its compile, and configurations alternated round by round so that a
 noisy host's drift falls on each alike. Every benchmark's ratios come from figures measured side
-by side in one run.
+by side in one run. (`device_check.py` alone keeps argparse: it runs on a lent accelerator's
+machine, whose Python may have no tyro.)
 
     python benchmarks/harness.py MODULE:FUNCTION 'JSON KWARGS'   # what `in_process` runs
 """

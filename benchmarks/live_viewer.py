@@ -11,13 +11,13 @@ canvas changed.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -25,6 +25,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from browser import Browser, free_port, shows_a_render, wait_for_port, watch_run  # noqa: E402
 from commands import BIN, FOX, command_env  # noqa: E402
 from viser_client import ViserClient  # noqa: E402
+
+from benchmarks.harness import cli  # noqa: E402
 
 
 def command(method: str, steps: int, out: Path, name: str, vis: str, port: int = 0) -> list:
@@ -119,22 +121,16 @@ def run_watched(method, steps, out, watcher: str):
     return steps_per_sec(next(out.glob(f"*/*/viewer_{watcher}"))), seen, cpu, time.time() - start
 
 
-def main():
+def main(steps: int = 1500, method: str = "jax-gs-mcmc", watchers: str = "client,browser,moving",
+         out: Optional[Path] = None) -> None:
+    """`watchers`: which watched runs, in order (client, browser, moving); `out`: where the runs go."""
     import numpy as np
 
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=1500)
-    ap.add_argument("--method", default="jax-gs-mcmc")
-    ap.add_argument("--watchers", default="client,browser,moving",
-                    help="which watched runs, in order (client, browser, moving)")
-    ap.add_argument("--out", type=Path, default=None)
-    a = ap.parse_args()
-    out = a.out or Path(tempfile.mkdtemp(prefix="live_viewer_"))
+    out = out or Path(tempfile.mkdtemp(prefix="live_viewer_"))
     out.mkdir(parents=True, exist_ok=True)
-    print(f"# python -m benchmarks.live_viewer --steps {a.steps} --method {a.method} --watchers {a.watchers}; "
-          f"runs in {out}")
-    plain = run_plain(a.method, a.steps, out)
-    watched = {w: run_watched(a.method, a.steps, out, w) for w in a.watchers.split(",")}
+    print(f"# runs in {out}")
+    plain = run_plain(method, steps, out)
+    watched = {w: run_watched(method, steps, out, w) for w in watchers.split(",")}
     p = float(np.mean([v for _, v in plain]))
     label = {"client": "--vis viewer, a client that draws nothing", "browser": "--vis viewer, Chromium attached",
              "moving": "--vis viewer, the client turning the camera every 5 s"}
@@ -171,4 +167,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    cli(main, "live_viewer")

@@ -20,10 +20,12 @@ Scene: benchmarks.train's (504x378, 8 views, 10k Gaussians, density control off)
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
+from typing import List
+
+from benchmarks.harness import cli
 
 
 def parse_layout(name: str) -> dict:
@@ -42,13 +44,10 @@ def parse_layout(name: str) -> dict:
     return counts
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--layouts", nargs="+", default=["1", "dp2", "dp4", "shard2", "shard4", "dp2xshard2"])
-    ap.add_argument("--gaussians", type=int, default=10_000)
-    ap.add_argument("--steps", type=int, default=20)
-    a = ap.parse_args()
-    layouts = {name: parse_layout(name) for name in a.layouts}
+def main(layouts: List[str] = ["1", "dp2", "dp4", "shard2", "shard4", "dp2xshard2"], gaussians: int = 10_000,
+         steps: int = 20) -> None:
+    """Steps and images a second of each layout, and what a step sends between devices."""
+    layouts = {name: parse_layout(name) for name in layouts}
     if "jax" in sys.modules:
         raise RuntimeError("run as a script: the device count is set before JAX starts")
     need = max(c["replicas"] * c["tile_devices"] for c in layouts.values())
@@ -59,27 +58,27 @@ def main():
 
     from benchmarks.accelerator_compile import step_traffic
     from jax_backend.training.aot import lower_block
-    from .train import build_trainer
+    from benchmarks.train import build_trainer
 
     devs = jax.local_devices()
     print(f"# {len(devs)} x {devs[0].platform} device(s) ({devs[0].device_kind}), {os.cpu_count()} cores; 504x378, "
-          f"{a.gaussians} Gaussians, {a.steps} timed steps per layout after compiling")
+          f"{gaussians} Gaussians, {steps} timed steps per layout after compiling")
     rows = {}
     for name, counts in layouts.items():
         if counts["replicas"] * counts["tile_devices"] > len(devs):
             print(f"{name}: skipped, only {len(devs)} devices")
             continue
-        tr = build_trainer(a.gaussians, "flat", a.steps, **counts)
-        tr.run_block(a.steps)  # compile
+        tr = build_trainer(gaussians, "flat", steps, **counts)
+        tr.run_block(steps)  # compile
         jax.block_until_ready(tr.device_state)
         t0 = time.perf_counter()
-        tr.run_block(a.steps)
+        tr.run_block(steps)
         jax.block_until_ready(tr.device_state)
         dt = time.perf_counter() - t0
-        hlo = lower_block(tr, a.steps).compile().as_text()
-        traffic = step_traffic(hlo, a.steps)
+        hlo = lower_block(tr, steps).compile().as_text()
+        traffic = step_traffic(hlo, steps)
         views = tr.views_per_step
-        rows[name] = r = {"steps_per_s": a.steps / dt, "images_per_s": a.steps * views / dt,
+        rows[name] = r = {"steps_per_s": steps / dt, "images_per_s": steps * views / dt,
                           "sent": traffic.get("step_sent_bytes", 0.0), "collectives": traffic.get("step_collectives", {}),
                           "block_end": traffic.get("block_end_sent_bytes", 0.0)}
         print(f"{name:>7}: {r['steps_per_s']:.2f} steps/s, {r['images_per_s']:.2f} images/s ({views} view(s) a step), "
@@ -97,4 +96,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    cli(main, "parallel")

@@ -9,13 +9,14 @@ stopped once the first block is done. Each run gets its own output folder.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchmarks.harness import cli
 
 FOX = Path(__file__).resolve().parents[2] / "shared" / "data" / "fox"
 MARK = "[jax-gs] first block"
@@ -50,17 +51,14 @@ def time_to_first_block(data: Path, out: Path, cache: str) -> float:
         proc.wait()
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data", type=Path, default=FOX)
-    ap.add_argument("--repeat", type=int, default=1, help="rounds of the three runs (the best of each is kept)")
-    a = ap.parse_args()
+def main(data: Path = FOX, repeat: int = 1) -> None:
+    """`repeat`: rounds of the three runs (the best of each is kept)."""
     best = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for r in range(a.repeat):
+        for r in range(repeat):
             cache = Path(tmp) / f"cache{r}"
             for name, folder in (("no cache", "off"), ("empty cache", str(cache)), ("filled cache", str(cache))):
-                t = time_to_first_block(a.data, Path(tmp) / f"out{r}-{name.replace(' ', '-')}", folder)
+                t = time_to_first_block(data, Path(tmp) / f"out{r}-{name.replace(' ', '-')}", folder)
                 best[name] = min(best.get(name, t), t)
                 print(f"round {r + 1}: {name:12s} {t:6.1f} s to the end of the first block", flush=True)
     print("\n| ns-train start to the end of its first block | seconds | vs no cache |\n|---|---|---|")
@@ -69,4 +67,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    cli(main, "startup")

@@ -28,18 +28,22 @@ and normal errors as above (3DGS: the normals of its depth).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # synthetic.py: the sphere and its closed-form geometry
 from synthetic import sphere_errors  # noqa: E402
+
+import tyro  # noqa: E402
+
+from benchmarks.harness import cli  # noqa: E402
 BIN = Path(sys.executable).parent
 METHODS = ("jax-gs", "jax-2dgs")
 
@@ -179,16 +183,12 @@ def weights(steps: int, out: Path) -> None:
               flush=True)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("scene", choices=("sphere", "fox", "weights"))
-    ap.add_argument("--steps", type=int, default=1000)
-    ap.add_argument("--out", type=Path, default=Path("outputs/bench_surfels"))
-    a = ap.parse_args(argv)
-    a.out.mkdir(parents=True, exist_ok=True)
-    {"sphere": sphere, "fox": fox, "weights": weights}[a.scene](a.steps, a.out.resolve())
-    return 0
+def main(scene: tyro.conf.Positional[Literal["sphere", "fox", "weights"]], steps: int = 1000,
+         out: Path = Path("outputs/bench_surfels")) -> None:
+    """One scene's runs (module docstring)."""
+    out.mkdir(parents=True, exist_ok=True)
+    {"sphere": sphere, "fox": fox, "weights": weights}[scene](steps, out.resolve())
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    cli(main, "surfels")
