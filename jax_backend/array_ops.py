@@ -12,6 +12,12 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+
+def next_pow2(n: int) -> int:
+    """Smallest power of two >= n (1 for n <= 1): the sizes of the Gaussian slots, the intersection
+    buffer and the Pallas kernel's pixel rows."""
+    return 1 << max(int(n) - 1, 0).bit_length()
+
 BLOCK = 1024  # elements per block of a blocked prefix
 
 # Contractions at float32 on every platform. At the default precision a TPU multiplies float32

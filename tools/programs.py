@@ -69,7 +69,7 @@ def trainer_for(method: str, n: int, replicas: int = 1, width: int = WIDTH, heig
     import numpy as np
 
     from jax_backend import Trainer, make_dataset, make_layout
-    from jax_backend.rendering import next_pow2
+    from jax_backend.array_ops import next_pow2
     from jax_backend.training.gaussians import Gaussians
     from jax_backend.training.initialization import init_from_points
     from nerfstudio_jaxgs import config as methods

@@ -7,7 +7,7 @@ policy in `isect_buffer`. 2D Gaussian Splatting's surfels beside them: projectio
 blend_surfel (the blend rule the same rasterizers walk) and rasterization_surfel
 (`rasterization_2dgs`)."""
 from . import isect_buffer
-from .binning import next_pow2
+from ..array_ops import next_pow2
 from .composite import RASTERIZERS, RasterizerOptions
 from .projection import quat_to_rotmat
 from .projection import RASTERIZE_MODES

@@ -15,15 +15,11 @@ import jax
 import jax.numpy as jnp
 
 from .. import array_ops
+from ..array_ops import next_pow2
 from .projection import ALPHA_MIN, Projected
 from .tiles import TileGrid, TileLists
 
 MIN_ISECT_CAPACITY = 1 << 14  # smallest intersection buffer
-
-
-def next_pow2(n: int) -> int:
-    """Smallest power of two >= n (1 for n <= 1)."""
-    return 1 << max(int(n) - 1, 0).bit_length()
 
 
 class Bins(NamedTuple):

@@ -13,7 +13,8 @@ run compiles few distinct programs.
 """
 from __future__ import annotations
 
-from .binning import MIN_ISECT_CAPACITY as MIN_SIZE, next_pow2
+from ..array_ops import next_pow2
+from .binning import MIN_ISECT_CAPACITY as MIN_SIZE
 
 AHEAD = 2.0  # ahead of time: this many times what the most demanding view needs now
 AFTER_OVERFLOW = 1.25  # after an overflow: this many times what was needed

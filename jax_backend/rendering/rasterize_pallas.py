@@ -25,8 +25,8 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 
+from ..array_ops import next_pow2
 from .blend import GAUSSIAN_RULE, Splat
-from .binning import next_pow2
 from .tiles import Pixels, Tiles
 
 

@@ -8,7 +8,8 @@ from typing import Optional
 import jax.numpy as jnp
 import numpy as np
 
-from ..rendering import next_pow2, num_sh_bases
+from ..array_ops import next_pow2
+from ..rendering import num_sh_bases
 from .data import camera_centres, scene_extent
 from .gaussians import PARAM_NAMES, Gaussians, rgb_to_sh0
 

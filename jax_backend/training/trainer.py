@@ -13,10 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from ..array_ops import next_pow2
 from ..devices import HostCopy
 from ..errors import UserFacingError
 from ..layout import REPLICA_AXIS, Layout, make_layout
-from ..rendering import isect_buffer, next_pow2
+from ..rendering import isect_buffer
 from ..rendering.composite import auto_tile_size, resolve_rasterizer
 from .corrections import corrected_viewmats, values_of
 from .data import Dataset, ViewPlan, block_cameras, downscaled_cameras
