@@ -60,21 +60,25 @@ def run_plain(method, steps, out):
     return steps_per_sec(next(out.glob("*/*/tensorboard")))
 
 
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU seconds of process `pid` and every live descendant (from /proc)."""
-    parents, times = {}, {}
+def cpu_seconds(pid: int, name: str = "") -> float:
+    """User and system CPU seconds of process `pid` and every live descendant (from /proc); with
+    `name`, of those whose command name starts with it alone."""
+    parents, times, names = {}, {}, {}
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
-                fields = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
+                head, rest = open(f"/proc/{d}/stat").read().rsplit(")", 1)
             except OSError:
                 continue
+            fields = rest.split()
             parents[int(d)] = int(fields[1])
             times[int(d)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            names[int(d)] = head.split("(", 1)[1]
     tree, grown = {pid}, True
     while grown:
         more = {p for p, parent in parents.items() if parent in tree} - tree
         tree, grown = tree | more, bool(more)
+    tree = {p for p in tree if names.get(p, "").startswith(name)}
     return sum(times.get(p, 0.0) for p in tree)
 
 
@@ -95,7 +99,7 @@ def run_watched(method, steps, out, watcher: str):
             browser = Browser()
             browser.open(f"http://127.0.0.1:{port}")
             seen = watch_run(browser, train, timeout=3600)
-            cpu = cpu_seconds(browser.proc.pid)
+            cpu = cpu_seconds(os.getpid(), "chrom")  # the browser Playwright started
         else:
             client = ViserClient(port)
             latencies = []

@@ -1,16 +1,12 @@
-"""A real headless Chromium driven over the DevTools protocol: open a page, take screenshots."""
+"""A real headless Chromium (the machine's, driven by Playwright): open a page, read its text, take
+screenshots; and what a screenshot of nerfstudio's viewer shows."""
 from __future__ import annotations
 
-import base64
-import json
 import shutil
 import socket
-import subprocess
-import tempfile
 import time
-import urllib.request
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 
 
 def find_chromium():
@@ -41,60 +37,38 @@ def wait_for_port(port: int, timeout: float, proc=None) -> None:
 
 
 class Browser:
+    """One page of the machine's Chromium, driven by Playwright (its own browser download is not
+    needed: `executable_path` is the system's)."""
+
     def __init__(self, width=1280, height=800):
+        from playwright.sync_api import sync_playwright
+
         exe = find_chromium()
         if exe is None:
             raise RuntimeError("no chromium found")
-        self.port = free_port()
-        self.profile = tempfile.mkdtemp(prefix="jaxgs-chromium-")
-        self.proc = subprocess.Popen([exe, *CHROMIUM_FLAGS, f"--remote-debugging-port={self.port}",
-                                      f"--user-data-dir={self.profile}", f"--window-size={width},{height}",
-                                      "about:blank"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for_port(self.port, 60, self.proc)
-        from websockets.sync.client import connect
-
-        for _ in range(60):
-            pages = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{self.port}/json").read())
-            pages = [p for p in pages if p.get("type") == "page"]
-            if pages:
-                break
-            time.sleep(0.5)
-        self.ws = connect(pages[0]["webSocketDebuggerUrl"], max_size=None, open_timeout=30)  # closed in close()
-        self._id = 0
-
-    def call(self, method, **params):
-        self._id += 1
-        self.ws.send(json.dumps({"id": self._id, "method": method, "params": params}))
-        while True:
-            msg = json.loads(self.ws.recv(timeout=60))
-            if msg.get("id") == self._id:
-                if "error" in msg:
-                    raise RuntimeError(f"{method}: {msg['error']}")
-                return msg.get("result", {})
+        self._playwright = sync_playwright().start()
+        try:
+            self._browser = self._playwright.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_FLAGS)
+            self.page = self._browser.new_page(viewport={"width": width, "height": height})
+        except BaseException:
+            self._playwright.stop()
+            raise
 
     def open(self, url):
-        self.call("Page.enable")
-        self.call("Page.navigate", url=url)
+        self.page.goto(url, wait_until="commit")
 
     def text(self) -> str:
         """The page's visible text."""
-        r = self.call("Runtime.evaluate", expression="document.body ? document.body.innerText : ''",
-                      returnByValue=True)
-        return r.get("result", {}).get("value", "") or ""
+        return self.page.evaluate("document.body ? document.body.innerText : ''") or ""
 
     def screenshot(self) -> bytes:
-        return base64.b64decode(self.call("Page.captureScreenshot", format="png")["data"])
+        return self.page.screenshot()
 
     def close(self):
         try:
-            self.ws.close()
+            self._browser.close()
         finally:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-            shutil.rmtree(self.profile, ignore_errors=True)
+            self._playwright.stop()
 
 
 def canvas(png: bytes):
