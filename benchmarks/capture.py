@@ -473,10 +473,10 @@ def walk(data: Path = SNOWMIKU, trained: Optional[Path] = None, gaussians: str =
         for d in (int(x) for x in downscales.split(",") if x):
             geom, feats, lists, tiles, grid, isects = view_inputs(engine, g, d)
             t = grid.num_tiles
-            configs = {k: v for k, v in CONFIGS.items() if k in configs.split(",")}
+            runs = {k: v for k, v in CONFIGS.items() if k in configs.split(",")}
             for s in shares:
-                configs[f"lanes, {s} tiles/lane"] = dict(walk="lanes", lanes=max(1, -(-t // s)))
-            for name, kw in configs.items():
+                runs[f"lanes, {s} tiles/lane"] = dict(walk="lanes", lanes=max(1, -(-t // s)))
+            for name, kw in runs.items():
                 fc, bc, tf, tb = run_walks(RasterizerOptions(**kw), grid, geom, feats, lists, tiles,
                                            not no_time and "tiles/lane" not in name)
                 fc, bc = (jax.tree_util.tree_map(int, c) for c in (fc, bc))
