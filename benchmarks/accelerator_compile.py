@@ -44,13 +44,12 @@ many kernels it would launch; not how fast it runs.
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import sys
 import time
 from typing import List, Optional
 
-from benchmarks.harness import cli, in_process
+from benchmarks.harness import append_row, cli, in_process
 
 from tools.programs import (GPU_TARGETS, HEIGHT, SIZES, WIDTH, lower_program, raster_program, scene_views,
                             target_devices, trainer_for)
@@ -252,12 +251,6 @@ def _compiled(program: str, target: str, env: dict, **kwargs) -> dict:
         return {"program": program, "target": target, "error": str(e).strip().splitlines()[-1][:300]}
 
 
-def _append(out: Optional[str], row: dict) -> None:
-    if out:
-        with open(out, "a") as f:
-            f.write(json.dumps(row) + "\n")
-
-
 def fit(targets: List[str], fit_programs: List[str], fit_sizes: List[str], gaussians: List[int],
         out: Optional[str]) -> None:
     """The train blocks' HBM per chip at each Gaussian count and image size."""
@@ -279,7 +272,7 @@ def fit(targets: List[str], fit_programs: List[str], fit_sizes: List[str], gauss
               + (f"a step sends {r['step_sent_bytes'] / 1e6:.1f} MB per device, the block's end "
                  f"{r['block_end_sent_bytes'] / 1e6:.1f} MB, " if "block_end_sent_bytes" in r else "") +
               f"fits: {'yes' if r['fits'] else 'no'}", flush=True)
-        _append(out, r)
+        append_row(out, r)
 
 
 def main(targets: List[str] = ["cpu", "v5e:2x2", "v6e:2x2"], programs: Optional[List[str]] = None,
@@ -320,7 +313,7 @@ def main(targets: List[str] = ["cpu", "v5e:2x2", "v6e:2x2"], programs: Optional[
                          if "step_sent_bytes" in row else "")
                       + (f", {row['launches']:.0f} launches ({row['while_loops']} while loops)" if "launches" in row
                          else ""), flush=True)
-            _append(out, row)
+            append_row(out, row)
     print()
     print(table(rows, targets))
     if any("launches" in r for r in rows):

@@ -66,7 +66,7 @@ def run_command(cmd, log: Path, env: Optional[dict] = None, timeout: Optional[fl
     stopped = False
     with open(log, "w") as f:
         proc = subprocess.Popen([str(c) for c in cmd], stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=tree_env(None, **(env or {})) if env is not None else tree_env(), cwd=cwd)
+                                env=tree_env(None, **(env or {})), cwd=cwd)
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -102,9 +102,11 @@ def alternate(runs: Dict[str, Callable[[], dict]], rounds: int) -> Dict[str, lis
     return out
 
 
-def median(values) -> float:
-    v = sorted(values)
-    return v[len(v) // 2] if len(v) % 2 else 0.5 * (v[len(v) // 2 - 1] + v[len(v) // 2])
+def append_row(out, row: dict) -> None:
+    """`row` as one more JSON line of the file `out` (None: nowhere)."""
+    if out:
+        with open(out, "a") as f:
+            f.write(json.dumps(row) + "\n")
 
 
 def _call_in_child() -> None:

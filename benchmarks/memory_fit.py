@@ -16,11 +16,10 @@ twice the 2 intersections a Gaussian of a full-resolution view of snowmiku at 1M
 """
 from __future__ import annotations
 
-import json
 import time
 from typing import List, Optional
 
-from benchmarks.harness import cli, in_process
+from benchmarks.harness import append_row, cli, in_process
 
 SLOTS, BUFFER, VIEWS, SIZE = 1 << 17, 1 << 20, 20, (1008, 756)
 POINTS = {  # name: (method, slots, buffer, views, (width, height), images)
@@ -178,9 +177,7 @@ def main(targets: List[str] = ["cpu", "v5e:2x2", "v6e:2x2", "h200"], points: Lis
                 row = {"point": point, "target": target, "error": str(e).strip().splitlines()[-1][:300]}
                 print(f"{target:>9} {point:>15}: FAILED: {row['error']}", flush=True)
             rows.append(row)
-            if out:
-                with open(out, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+            append_row(out, row)
     print()
     print(report(rows, targets))
 
