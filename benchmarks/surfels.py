@@ -11,8 +11,8 @@ rendered depth) for each.
 plate 2 cm thick) with Mitsuba 3 from 96 views into a nerfstudio-data capture (its truth beside it;
 generated once into OUT/objects), every 8th view held out. `jax-2dgs` and `jax-gs` train the same
 steps, then `jax-gs` again for as many steps as 2DGS's wall-clock time bought it (its steps' time
-grows as it densifies, so no probe predicts it); each run is evaluated and meshed (`ns-export tsdf` at full resolution over the objects' box, in voxels
-of 1 cm). Over the held-out views' pixels that see one surface (Mitsuba's AOVs): the median
+grows as it densifies, so no probe predicts it); each run is evaluated and meshed (`ns-export tsdf`
+at full resolution over the objects' box, in voxels of 1 cm). Over the held-out views' pixels that see one surface (Mitsuba's AOVs): the median
 error of the rendered depth (expected; 2DGS also the median depth) and of the normals (2DGS: its
 disks'; 3DGS: its depth's); the mesh against the true meshes (exact point-to-triangle distances):
 accuracy, completeness, Chamfer and the F-score at 2 cm (world units: the objects span 2.4); 2DGS's
@@ -196,7 +196,7 @@ def weights(steps: int, out: Path) -> None:
               flush=True)
 
 
-def _objects_geometry(run: Path, capture: Path, meshes: dict, depth_name: str) -> dict:
+def _objects_geometry(run: Path, capture: Path) -> dict:
     """Depth and normal errors of the run's held-out renders against Mitsuba's truth, in world units."""
     import torch
     from nerfstudio.utils.eval_utils import eval_setup
@@ -286,7 +286,7 @@ def objects(steps: int, out: Path) -> None:
         (out / f"{n}").mkdir(exist_ok=True)
         r = _train_eval_mesh(method, data, out / f"{n}", n, recipe, dataparser, mesh=False)
         wall.setdefault(method, r["train_s"])
-        g = _objects_geometry(r["run"], data, meshes, "depth")
+        g = _objects_geometry(r["run"], data)
         m = _objects_mesh(r["run"], meshes, out / f"{n}" / f"{method}.log")
         median = "" if g["median_depth"] is None else f"{g['median_depth']:.4f}"
         print(f"| {method} | {n} | {r['train_s']:.0f} | {r['psnr']:.2f} | {r['ssim']:.3f} | "

@@ -28,7 +28,7 @@ TEXTURE = 256  # texels a side
 class Mesh:
     vertices: np.ndarray  # [n, 3] float64, world
     faces: np.ndarray  # [m, 3] int32
-    uv: np.ndarray  # [n, 2] in [0, 1]
+    uv: np.ndarray | None = None  # [n, 2] in [0, 1] (None: a mesh only measured, not textured)
 
 
 def _rotate_z(v, degrees):
@@ -227,7 +227,8 @@ def write_capture(dst: Path, views: int = 96, width: int = 256, height: int = 19
         frames.append({"file_path": name, "transform_matrix": c2w.tolist()})
         if i % EVAL_INTERVAL == 0:
             d, n, ok = _truth(mi, aov, c2w, width, height, fov_x, fx)
-            depths.append(d), normals.append(n), valid.append(ok), held.append(i)
+            for kept, value in zip((depths, normals, valid, held), (d, n, ok, i)):
+                kept.append(value)
         log(f"rendered view {i + 1}/{views}")
     cloud = _point_cloud(meshes, points, seed)
     _write_ply(dst / "sparse_pc.ply", *cloud)
@@ -314,7 +315,7 @@ def _write_ply(path, points, colours):
 def load_meshes(capture: Path) -> dict:
     z = np.load(Path(capture) / "meshes.npz")
     names = sorted({k.rsplit("_", 1)[0] for k in z.files})
-    return {k: Mesh(z[f"{k}_vertices"], z[f"{k}_faces"], np.zeros((len(z[f"{k}_vertices"]), 2))) for k in names}
+    return {k: Mesh(z[f"{k}_vertices"], z[f"{k}_faces"]) for k in names}
 
 
 def load_truth(capture: Path) -> dict:
@@ -345,7 +346,7 @@ def mesh_distances(vertices: np.ndarray, faces: np.ndarray, meshes: dict, sample
     mean distance of `samples` points spread over it by area to the true surface), completeness
     (the same from the true surface to it), Chamfer (the mean of the two), and the F-score at
     `threshold` (world units; precision and recall: the shares of either side's points within it)."""
-    recon = {"recon": Mesh(np.asarray(vertices, np.float64), np.asarray(faces, np.int32), np.zeros((len(vertices), 2)))}
+    recon = {"recon": Mesh(np.asarray(vertices, np.float64), np.asarray(faces, np.int32))}
     ours, _ = surface_samples(recon, samples, seed)
     truth, _ = surface_samples(meshes, samples, seed + 1)
     all_v = np.concatenate([m.vertices for m in meshes.values()])
